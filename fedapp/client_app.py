@@ -1,0 +1,49 @@
+"""ClientApp: validate the run config, answer the handshake, dispatch training to the method."""
+
+from __future__ import annotations
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
+
+from fedapp.clients.registry import client_trainer
+from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.data.registry import DatasetUnavailableError
+from fedapp.profiles import PROFILE_KEY, local_profile, node_partition
+
+app = ClientApp()
+
+#: User errors a node reports to the server as a readable reason instead of a traceback.
+USER_ERRORS = (ConfigError, DatasetUnavailableError)
+
+
+def _config(context: Context) -> RunConfig:
+    return parse_run_config(context.run_config)
+
+
+def _refuse(message: Message, err: Exception) -> Message:
+    return Message(
+        Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=str(err)), reply_to=message
+    )
+
+
+@app.query()
+def query(message: Message, context: Context) -> Message:
+    """The handshake: report this node's profile."""
+    try:
+        profile = local_profile(context, _config(context))
+    except USER_ERRORS as err:
+        return _refuse(message, err)
+    return Message(RecordDict({PROFILE_KEY: profile}), reply_to=message)
+
+
+@app.train()
+def train(message: Message, context: Context) -> Message:
+    """One round of the configured method's local training."""
+    try:
+        cfg = _config(context)
+        partition_id, _ = node_partition(context.node_config, cfg)
+    except USER_ERRORS as err:
+        return _refuse(message, err)
+    content = client_trainer(cfg.strategy)(message, cfg, partition_id)
+    return Message(content, reply_to=message)

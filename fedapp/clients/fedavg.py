@@ -1,0 +1,44 @@
+"""FedAvg client: load the global model, train it on the local shard, send it back."""
+
+from __future__ import annotations
+
+from flwr.app import Message, MetricRecord, RecordDict
+
+from fedapp.clients.training import (
+    resolve_device,
+    seeded_generator,
+    sgd,
+    train_loader,
+    train_supervised,
+)
+from fedapp.config import RunConfig
+from fedapp.federated_data import client_shard, population
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.models.cnn import build_cnn
+
+
+def train(message: Message, cfg: RunConfig, partition_id: int) -> RecordDict:
+    """One round of local SGD on the whole model."""
+    info = population(cfg).info
+    server_round = int(message.content[CONFIG]["server-round"])
+    lr = float(message.content[CONFIG]["learning-rate"])
+    model = build_cnn(cfg.model, info.channels, info.num_classes)
+    load_into(model, message.content[ARRAYS])
+    generator = seeded_generator(cfg.seed, server_round, partition_id)
+    loader = train_loader(client_shard(cfg, partition_id), info, cfg.batch_size, generator)
+    stats = train_supervised(
+        model,
+        loader,
+        sgd(model, lr, cfg.momentum, cfg.weight_decay),
+        cfg.local_epochs,
+        resolve_device(cfg.device),
+    )
+    metrics = MetricRecord(
+        {
+            NUM_EXAMPLES: len(loader.dataset),
+            "train-loss": stats.loss,
+            "train-steps": stats.steps,
+            "train-seconds": stats.seconds,
+        }
+    )
+    return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

@@ -1,0 +1,22 @@
+"""The client trainer of each strategy, by the strategy's name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+
+from flwr.app import Message, RecordDict
+
+from fedapp.config import RunConfig
+
+Trainer = Callable[[Message, RunConfig, int], RecordDict]
+
+_TRAINERS: dict[str, str] = {
+    "fedavg": "fedapp.clients.fedavg:train",
+}
+
+
+def client_trainer(strategy: str) -> Trainer:
+    """The local training rule that answers the named strategy's TRAIN messages."""
+    module, func = _TRAINERS[strategy].split(":")
+    return getattr(import_module(module), func)

@@ -1,0 +1,209 @@
+"""One typed run configuration, validated once at start on the server and on every client.
+
+Defaults live in exactly one place, ``[tool.flwr.app.config]`` of ``pyproject.toml``, which Flower
+fuses with ``--run-config`` overrides; this module only types and checks what arrives. A user
+error becomes a :class:`ConfigError` whose message names the key, the value given and what is
+allowed, so the apps can stop before any training without a traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from fedapp.data.registry import DATASET_NAMES
+from fedapp.models.cnn import available_models
+from fedapp.partitions.factory import PARTITIONER_NAMES
+from fedapp.strategies.registry import STRATEGY_NAMES
+
+#: Where the YAML side of the configuration (model architectures, supernets, caches) lives.
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A run-config value that cannot be used; the message is meant for the user as it is."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every run-config key, typed; field ``foo_bar`` is key ``foo-bar``."""
+
+    # the federation
+    strategy: str
+    seed: int
+    num_server_rounds: int
+    num_clients: int
+    fraction_train: float
+    min_train_clients: int
+    round_timeout: float
+    node_wait_timeout: float
+    # data and its split between server and clients
+    dataset: str
+    data_dir: str
+    partitioner: str
+    dirichlet_alpha: float
+    shards_per_client: int
+    calibration_size: int
+    validation_size: int
+    public_size: int
+    test_size: int
+    # compute budgets (MACs) and their link to data shares
+    budget_min: float
+    budget_max: float
+    zipf_s: float
+    gamma: float
+    allocation_cap: float
+    # local training
+    model: str
+    local_epochs: int
+    batch_size: int
+    learning_rate: float
+    momentum: float
+    weight_decay: float
+    device: str
+    # evaluation and outputs
+    eval_every: int
+    out_dir: str
+    run_name: str
+
+    @property
+    def cohort_size(self) -> int:
+        """Clients sampled per round: Flower's rule, max(min-train, fraction of the population)."""
+        return max(self.min_train_clients, int(self.fraction_train * self.num_clients))
+
+    def resolved_out_dir(self) -> Path:
+        """Absolute output folder: ``out-dir`` (``~`` expanded) or ``~/fedapp-runs`` if empty."""
+        base = Path(os.path.expanduser(self.out_dir or "~/fedapp-runs"))
+        return base.resolve()
+
+    def as_run_config(self) -> dict[str, Any]:
+        """The configuration back in Flower's kebab-case form (for result files)."""
+        return {key_of(f.name): getattr(self, f.name) for f in fields(self)}
+
+
+def key_of(field_name: str) -> str:
+    """Run-config key of a dataclass field."""
+    return field_name.replace("_", "-")
+
+
+Check = tuple[Callable[[Any], bool], str]
+
+
+def _one_of(names: tuple[str, ...]) -> Check:
+    return (lambda v: v in names, "one of " + ", ".join(repr(n) for n in names))
+
+
+def _at_least(low: float) -> Check:
+    return (lambda v: v >= low, f">= {low:g}")
+
+
+def _positive() -> Check:
+    return (lambda v: v > 0, "> 0")
+
+
+_CHECKS: dict[str, Check] = {
+    "strategy": _one_of(STRATEGY_NAMES),
+    "num_server_rounds": _at_least(1),
+    "num_clients": _at_least(1),
+    "fraction_train": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "min_train_clients": _at_least(1),
+    "round_timeout": _positive(),
+    "node_wait_timeout": _positive(),
+    "dataset": _one_of(DATASET_NAMES),
+    "partitioner": _one_of(PARTITIONER_NAMES),
+    "dirichlet_alpha": _positive(),
+    "shards_per_client": _at_least(1),
+    "calibration_size": _at_least(0),
+    "validation_size": _at_least(1),
+    "public_size": _at_least(0),
+    "test_size": _at_least(1),
+    "budget_min": _positive(),
+    "budget_max": _positive(),
+    "zipf_s": _at_least(0),
+    "gamma": _at_least(0),
+    "allocation_cap": _positive(),
+    "model": _one_of(available_models()),
+    "local_epochs": _at_least(1),
+    "batch_size": _at_least(1),
+    "learning_rate": _positive(),
+    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "weight_decay": _at_least(0),
+    "device": _one_of(DEVICES),
+    "eval_every": _at_least(1),
+}
+
+
+def _coerce(key: str, value: Any, kind: type) -> Any:
+    """Convert a TOML value to the field's type, refusing anything lossy or non-finite."""
+    ok = (
+        (kind is str and isinstance(value, str))
+        or (kind is int and isinstance(value, int) and not isinstance(value, bool))
+        or (kind is float and isinstance(value, int | float) and not isinstance(value, bool))
+    )
+    if not ok:
+        raise ConfigError(
+            f"run config '{key}' = {value!r}: expected a {kind.__name__}, "
+            f"got {type(value).__name__}"
+        )
+    if kind is float:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ConfigError(f"run config '{key}' = {value!r}: must be a finite number")
+    return value
+
+
+def _cross_checks(cfg: RunConfig) -> list[str]:
+    """Constraints between keys."""
+    problems = []
+    if cfg.budget_min > cfg.budget_max:
+        problems.append(
+            f"'budget-min' = {cfg.budget_min:g} is above 'budget-max' = {cfg.budget_max:g}: "
+            "the budget range needs budget-min <= budget-max"
+        )
+    if cfg.min_train_clients > cfg.num_clients:
+        problems.append(
+            f"'min-train-clients' = {cfg.min_train_clients} asks for more clients per round than "
+            f"'num-clients' = {cfg.num_clients}: allowed is 1 to num-clients"
+        )
+    return problems
+
+
+def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
+    """Type and validate Flower's run config; raises ConfigError listing every problem found."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for f in fields(RunConfig):
+        key = key_of(f.name)
+        if key not in run_config:
+            problems.append(
+                f"run config key '{key}' is missing (every key has a default in "
+                "[tool.flwr.app.config] of pyproject.toml)"
+            )
+            continue
+        try:
+            value = _coerce(key, run_config[key], {"str": str, "int": int, "float": float}[f.type])
+        except ConfigError as err:
+            problems.append(str(err))
+            continue
+        check = _CHECKS.get(f.name)
+        if check is not None and not check[0](value):
+            problems.append(f"run config '{key}' = {value!r} is not allowed: must be {check[1]}")
+            continue
+        values[f.name] = value
+    if not problems:
+        cfg = RunConfig(**values)
+        problems = _cross_checks(cfg)
+        if not problems:
+            return cfg
+    raise ConfigError("invalid run configuration:\n  - " + "\n  - ".join(problems))
+
+
+def replace(cfg: RunConfig, **changes: Any) -> RunConfig:
+    """A validated copy with some fields changed (used by tests and the comparison tools)."""
+    merged = cfg.as_run_config() | {key_of(k): v for k, v in changes.items()}
+    return parse_run_config(merged)

@@ -1,0 +1,81 @@
+"""Result files of a run: resolved config, per-round metrics, summary, plot, checkpoints.
+
+Everything is written as the run goes (metrics are appended and flushed each round), so a
+crashed run leaves what it had done on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+PLOT_FILE = "accuracy.png"
+
+
+class RunRecorder:
+    """Writes one run's outputs into its own folder."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict[str, Any]] = []
+        (run_dir / METRICS_FILE).write_text("")
+
+    @staticmethod
+    def run_dir_for(out_dir: Path, run_name: str, strategy: str, dataset: str) -> Path:
+        """``<out-dir>/<run-name>``, or a time-stamped name when run-name is empty."""
+        name = run_name or f"{strategy}-{dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+        return out_dir / name
+
+    def write_json(self, filename: str, payload: Mapping[str, Any]) -> Path:
+        path = self.run_dir / filename
+        path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+        return path
+
+    def log_round(self, row: Mapping[str, Any]) -> None:
+        """Append one round's metrics (one JSON object per line)."""
+        self.rows.append(dict(row))
+        with (self.run_dir / METRICS_FILE).open("a") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+
+    def save_state(self, filename: str, state: Mapping[str, np.ndarray]) -> Path:
+        """A global state as a torch state dict (loadable with ``torch.load``)."""
+        path = self.run_dir / filename
+        torch.save(
+            {k: torch.from_numpy(np.require(v, requirements="C")) for k, v in state.items()}, path
+        )
+        return path
+
+    def plot_accuracy(self, title: str) -> Path:
+        """Validation accuracy (and mean train loss) per round as a PNG."""
+        rows = [r for r in self.rows if "val-accuracy" in r]
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+        ax.plot(
+            [r["round"] for r in rows],
+            [100 * r["val-accuracy"] for r in rows],
+            marker="o",
+            label="validation accuracy",
+        )
+        ax.set_xlabel("round")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        path = self.run_dir / PLOT_FILE
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return path

@@ -1,0 +1,154 @@
+"""The node handshake: what the server may know about a node before it trains.
+
+The server never reads client data and, in Flower, cannot see node config. So before a node is
+first sampled it is sent a QUERY and answers with its profile: partition id, number of training
+examples and compute budget (MACs), plus a few device facts. On a device the budget comes from
+``--node-config "budget=..."``; in simulation it is derived from the partition id and the run's
+seed, exactly as the partitioner derives it.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from fedapp.config import ConfigError, RunConfig
+from fedapp.federated_data import client_budgets, client_shard
+
+PROFILE_KEY = "profile"
+
+
+@dataclass(frozen=True)
+class NodeProfile:
+    """What a node told the server about itself."""
+
+    node_id: int
+    partition_id: int
+    num_partitions: int
+    num_examples: int
+    budget: float
+    device: str
+
+
+def local_profile(context: Context, cfg: RunConfig) -> ConfigRecord:
+    """The profile this node reports (client side); ConfigError if its node config is unusable."""
+    partition_id, num_partitions = node_partition(context.node_config, cfg)
+    budget = node_budget(context.node_config, cfg, partition_id)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return ConfigRecord(
+        {
+            "partition-id": partition_id,
+            "num-partitions": num_partitions,
+            "num-examples": len(client_shard(cfg, partition_id).labels),
+            "budget": budget,
+            "device": f"{platform.machine()}/{device}",
+        }
+    )
+
+
+def node_partition(node_config: Mapping[str, Any], cfg: RunConfig) -> tuple[int, int]:
+    """Partition id and count from the node config, checked against the run's population."""
+    try:
+        partition_id = int(node_config["partition-id"])
+        num_partitions = int(node_config["num-partitions"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(
+            "node config needs integer 'partition-id' and 'num-partitions' "
+            f"(got {dict(node_config)}); on a SuperNode pass "
+            '--node-config "partition-id=0 num-partitions=N budget=..."'
+        ) from err
+    if num_partitions != cfg.num_clients:
+        raise ConfigError(
+            f"the federation has num-partitions = {num_partitions} but run config 'num-clients' = "
+            f"{cfg.num_clients}; in simulation pass --federation-config "
+            f'"num-supernodes={cfg.num_clients}" or set num-clients={num_partitions}'
+        )
+    if not 0 <= partition_id < num_partitions:
+        raise ConfigError(
+            f"node config 'partition-id' = {partition_id} is outside 0..{num_partitions - 1}"
+        )
+    return partition_id, num_partitions
+
+
+def node_budget(node_config: Mapping[str, Any], cfg: RunConfig, partition_id: int) -> float:
+    """The node's compute budget in MACs: its own node config if given, else the seeded draw."""
+    if "budget" not in node_config:
+        return float(client_budgets(cfg)[partition_id])
+    value = node_config["budget"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"node config 'budget' = {value!r}: expected a finite number of MACs")
+    if value <= 0:
+        raise ConfigError(f"node config 'budget' = {value!r} is not allowed: must be > 0")
+    return float(value)
+
+
+class NodeRegistry:
+    """Profiles of the nodes seen so far, keyed by Flower node id (server side)."""
+
+    def __init__(self) -> None:
+        self.profiles: dict[int, NodeProfile] = {}
+
+    def discover(self, grid: Grid, node_ids: Iterable[int], timeout: float) -> list[str]:
+        """QUERY every node not yet profiled, record valid answers; return the nodes' errors."""
+        unknown = [n for n in node_ids if n not in self.profiles]
+        errors: list[str] = []
+        if not unknown:
+            return errors
+        queries = [
+            Message(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown
+        ]
+        for reply in grid.send_and_receive(queries, timeout=timeout):
+            node_id = reply.metadata.src_node_id
+            if reply.has_error():
+                log(WARNING, "node %s failed the handshake: %s", node_id, reply.error.reason)
+                errors.append(reply.error.reason)
+                continue
+            try:
+                self.profiles[node_id] = _parse_profile(node_id, reply.content)
+            except (KeyError, TypeError, ValueError) as err:
+                log(WARNING, "node %s sent a malformed profile (%s); ignored", node_id, err)
+        log(INFO, "handshake: %d node(s) profiled", len(self.profiles))
+        return errors
+
+    def wait_for(self, grid: Grid, count: int, timeout: float, poll: float = 1.0) -> None:
+        """Wait until ``count`` nodes are connected and profiled, or stop with a clear error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            errors = self.discover(grid, grid.get_node_ids(), timeout)
+            if errors:
+                raise ConfigError(f"a node rejected the run: {errors[0]}")
+            if len(self.profiles) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise ConfigError(
+                    f"only {len(self.profiles)} of 'num-clients' = {count} nodes answered the "
+                    f"handshake within 'node-wait-timeout' = {timeout:g} s"
+                )
+            log(INFO, "waiting for nodes: %d of %d profiled", len(self.profiles), count)
+            time.sleep(poll)
+
+
+def _parse_profile(node_id: int, content: RecordDict) -> NodeProfile:
+    record = content.config_records[PROFILE_KEY]
+    budget = float(record["budget"])
+    num_examples = int(record["num-examples"])
+    if not math.isfinite(budget) or budget <= 0 or num_examples < 0:
+        raise ValueError(f"budget {budget}, num-examples {num_examples}")
+    return NodeProfile(
+        node_id=node_id,
+        partition_id=int(record["partition-id"]),
+        num_partitions=int(record["num-partitions"]),
+        num_examples=num_examples,
+        budget=budget,
+        device=str(record["device"]),
+    )

@@ -1,0 +1,137 @@
+"""ServerApp: config -> node handshake -> rounds -> final evaluation -> result files."""
+
+from __future__ import annotations
+
+import time
+from logging import ERROR, INFO
+from typing import Any
+
+from flwr.app import ConfigRecord, Context
+from flwr.common.logger import log
+from flwr.serverapp import Grid, ServerApp
+
+from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.data.registry import DatasetUnavailableError
+from fedapp.evaluation.results import SUMMARY_FILE, RunRecorder
+from fedapp.federated_data import server_set
+from fedapp.messages import from_record, to_record
+from fedapp.profiles import NodeRegistry
+from fedapp.strategies.base import HeterogeneousStrategy, State
+from fedapp.strategies.registry import build_strategy
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run one federated experiment; a user error stops it before training, without traceback."""
+    try:
+        cfg = parse_run_config(context.run_config)
+        run_experiment(grid, cfg)
+    except (ConfigError, DatasetUnavailableError) as err:
+        log(ERROR, "fedapp: %s", err)
+        raise SystemExit(2) from None
+
+
+def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
+    """The whole run; returns the summary it also writes to summary.json."""
+    run_dir = RunRecorder.run_dir_for(
+        cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
+    )
+    validation = server_set(cfg, "validation")  # loads the data: fails before anyone trains
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
+    strategy = build_strategy(cfg, nodes)
+    recorder = RunRecorder(run_dir)
+    recorder.write_json("config.json", cfg.as_run_config())
+    log(
+        INFO,
+        "fedapp: %s on %s, %d clients (%d per round), %d rounds -> %s",
+        cfg.strategy,
+        cfg.dataset,
+        cfg.num_clients,
+        cfg.cohort_size,
+        cfg.num_server_rounds,
+        run_dir,
+    )
+    strategy.summary()
+
+    state = strategy.initial_state()
+    best = {"round": 0, "val-accuracy": -1.0}
+    best_state = state
+    started = time.perf_counter()
+    for server_round in range(1, cfg.num_server_rounds + 1):
+        round_start = time.perf_counter()
+        state, row = _train_round(grid, strategy, server_round, state)
+        if server_round % cfg.eval_every == 0 or server_round == cfg.num_server_rounds:
+            val = strategy.evaluate(state, validation)
+            row |= {"val-loss": val["loss"], "val-accuracy": val["accuracy"]}
+            if val["accuracy"] > best["val-accuracy"]:
+                best = {"round": server_round, "val-accuracy": val["accuracy"]}
+                best_state = state
+                recorder.save_state("model_best.pt", state)
+        row["seconds"] = time.perf_counter() - round_start
+        recorder.log_round(row)
+        _log_progress(cfg, row)
+
+    recorder.save_state("model_final.pt", state)
+    test = strategy.evaluate(best_state, server_set(cfg, "test"))
+    summary = {
+        "strategy": cfg.strategy,
+        "dataset": cfg.dataset,
+        "rounds": cfg.num_server_rounds,
+        "best_round": best["round"],
+        "best_val_accuracy": best["val-accuracy"],
+        "test_accuracy": test["accuracy"],
+        "test_loss": test["loss"],
+        "test_examples": test["examples"],
+        "final_val_accuracy": recorder.rows[-1]["val-accuracy"],
+        "wall_seconds": time.perf_counter() - started,
+        "nodes": len(nodes.profiles),
+        "run_dir": str(run_dir),
+    }
+    recorder.write_json(SUMMARY_FILE, summary)
+    recorder.plot_accuracy(f"{cfg.strategy} on {cfg.dataset}")
+    log(
+        INFO,
+        "fedapp: test accuracy %.2f%% (best validation round %d); results in %s",
+        100 * test["accuracy"],
+        best["round"],
+        run_dir,
+    )
+    return summary
+
+
+def _train_round(
+    grid: Grid, strategy: HeterogeneousStrategy, server_round: int, state: State
+) -> tuple[State, dict[str, Any]]:
+    """Send the round's messages, aggregate the replies, describe what happened."""
+    messages = strategy.configure_train(server_round, to_record(state), ConfigRecord(), grid)
+    replies = grid.send_and_receive(messages, timeout=strategy.cfg.round_timeout)
+    arrays, metrics = strategy.aggregate_train(server_round, replies)
+    report = strategy.report
+    row: dict[str, Any] = {
+        "round": server_round,
+        "clients-sampled": report.sampled,
+        "clients-accepted": report.accepted,
+        "clients-dropped": len(report.dropped),
+    }
+    if metrics is not None:
+        row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}
+    return (from_record(arrays) if arrays is not None else state), row
+
+
+def _log_progress(cfg: RunConfig, row: dict[str, Any]) -> None:
+    accuracy = f"{100 * row['val-accuracy']:.2f}%" if "val-accuracy" in row else "-"
+    loss = f"{row['train-loss']:.4f}" if "train-loss" in row else "-"
+    log(
+        INFO,
+        "round %d/%d | clients %d/%d | train loss %s | val acc %s | %.1f s",
+        row["round"],
+        cfg.num_server_rounds,
+        row["clients-accepted"],
+        row["clients-sampled"],
+        loss,
+        accuracy,
+        row["seconds"],
+    )

@@ -1,0 +1,179 @@
+"""Base of every fedapp server strategy: one message per node, seeded cohorts, checked replies.
+
+A method only says what each node receives (``train_payload``, ``train_config``) and how valid
+replies become the new global state (``aggregate``). The base handles the rest the same way for
+all of them: late nodes are profiled when first seen, cohorts are drawn with a generator fixed by
+(seed, round) over nodes ordered by partition id, every reply is checked against what was sent
+and a bad one is dropped with a logged reason, failed or silent nodes are skipped.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.messages import ARRAYS, CONFIG, NUM_EXAMPLES, from_record, to_record
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.replies import ArraySpec, InvalidReply, ValidReply, spec_of, validate_reply
+
+State = dict[str, np.ndarray]
+
+
+@dataclass
+class RoundReport:
+    """What happened to the messages of one training round."""
+
+    sampled: int = 0
+    replied: int = 0
+    accepted: int = 0
+    dropped: dict[int, str] = field(default_factory=dict)  # node id -> reason
+
+
+class HeterogeneousStrategy(Strategy):
+    """Flower strategy whose payload, training config and aggregation may differ per node."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        self.cfg = cfg
+        self.nodes = nodes
+        self.report = RoundReport()
+        self._expected: dict[int, dict[str, ArraySpec]] = {}
+        self._global: State = {}
+
+    # ---- what a method defines -------------------------------------------------------------
+    @abstractmethod
+    def initial_state(self) -> State:
+        """The global state before round 1 (seeded)."""
+
+    @abstractmethod
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        """The arrays one node receives; by default its reply must echo their names and shapes."""
+
+    @abstractmethod
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        """The new global state from the round's valid replies."""
+
+    @abstractmethod
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """Centralized evaluation of a global state on server-held data."""
+
+    def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
+        """Per-node training settings decided by the server (the rest comes from the run config)."""
+        return {"server-round": server_round, "learning-rate": self.cfg.learning_rate}
+
+    def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
+        """What a valid reply must contain (default: the payload's names, shapes and dtypes)."""
+        return spec_of(payload)
+
+    # ---- cohort ------------------------------------------------------------------------------
+    def sample_cohort(self, server_round: int, grid: Grid) -> list[NodeProfile]:
+        """Seeded draw of this round's clients among the connected, profiled nodes."""
+        connected = list(grid.get_node_ids())
+        self.nodes.discover(grid, connected, self.cfg.round_timeout)
+        candidates = sorted(
+            (self.nodes.profiles[n] for n in connected if n in self.nodes.profiles),
+            key=lambda p: p.partition_id,
+        )
+        size = min(self.cfg.cohort_size, len(candidates))
+        if size < self.cfg.cohort_size:
+            log(
+                WARNING,
+                "round %d: only %d nodes available for a cohort of %d",
+                server_round,
+                size,
+                self.cfg.cohort_size,
+            )
+        rng = np.random.default_rng([self.cfg.seed, server_round])
+        chosen = np.sort(rng.choice(len(candidates), size=size, replace=False))
+        return [candidates[i] for i in chosen]
+
+    # ---- Flower's Strategy interface -------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        self._global = from_record(arrays)
+        self._expected = {}
+        messages = []
+        for profile in self.sample_cohort(server_round, grid):
+            payload = self.train_payload(profile, self._global)
+            self._expected[profile.node_id] = self.expected_reply(profile, payload)
+            node_config = ConfigRecord({**config, **self.train_config(server_round, profile)})
+            content = RecordDict({ARRAYS: to_record(payload), CONFIG: node_config})
+            messages.append(
+                Message(
+                    content,
+                    dst_node_id=profile.node_id,
+                    message_type=MessageType.TRAIN,
+                    group_id=str(server_round),
+                )
+            )
+        self.report = RoundReport(sampled=len(messages))
+        return messages
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        valid: list[ValidReply] = []
+        for message in replies:
+            node_id = message.metadata.src_node_id
+            self.report.replied += 1
+            try:
+                if node_id not in self._expected:
+                    raise InvalidReply("node was not sampled this round")
+                valid.append(validate_reply(message, self._expected.pop(node_id)))
+            except InvalidReply as err:
+                self.report.dropped[node_id] = str(err)
+                profile = self.nodes.profiles.get(node_id)
+                log(
+                    WARNING,
+                    "round %d: dropped reply of node %s (partition %s): %s",
+                    server_round,
+                    node_id,
+                    profile.partition_id if profile else "?",
+                    err,
+                )
+        for node_id in self._expected:
+            self.report.dropped[node_id] = "no reply before the round timeout"
+        self.report.accepted = len(valid)
+        if not valid:
+            log(WARNING, "round %d: no valid reply; the global state is unchanged", server_round)
+            return None, None
+        new_state = self.aggregate(server_round, valid, self._global)
+        return to_record(new_state), MetricRecord(weighted_metrics(valid))
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Evaluation is centralized on server-held data; no client evaluation round."""
+        return []
+
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
+        return None
+
+    def summary(self) -> None:
+        log(INFO, "\t├── strategy: %s", type(self).__name__)
+        log(INFO, "\t├── clients: %d, per round: %d", self.cfg.num_clients, self.cfg.cohort_size)
+        log(INFO, "\t└── rounds: %d, seed: %d", self.cfg.num_server_rounds, self.cfg.seed)
+
+
+def weighted_metrics(replies: list[ValidReply]) -> dict[str, float | int]:
+    """Example-weighted mean of every scalar metric the replies share; examples are summed."""
+    total = sum(r.num_examples for r in replies)
+    shared = set.intersection(*(set(r.metrics) for r in replies)) - {NUM_EXAMPLES}
+    out: dict[str, float | int] = {NUM_EXAMPLES: total}
+    for key in sorted(shared):
+        if all(isinstance(r.metrics[key], int | float) for r in replies):
+            out[key] = sum(float(r.metrics[key]) * r.num_examples for r in replies) / total
+    return out

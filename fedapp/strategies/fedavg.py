@@ -1,0 +1,51 @@
+"""FedAvg (McMahan et al., 2017): every sampled client trains the whole model; sample-weighted mean.
+
+The mean is the leading-slice accumulator with every slice the whole tensor, so FedAvg and the
+routed methods share one aggregation (BN step counters are kept, not averaged).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedapp.clients.training import eval_loader, evaluate, resolve_device
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.federated_data import population
+from fedapp.models.cnn import SmallCNN, build_cnn
+from fedapp.models.slicing import SliceAccumulator
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.base import HeterogeneousStrategy, State
+from fedapp.strategies.replies import ValidReply
+
+EVAL_BATCH_SIZE = 256
+
+
+class FedAvgStrategy(HeterogeneousStrategy):
+    """Whole-model FedAvg with centralized evaluation."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.info = population(cfg).info
+        self.device = resolve_device(cfg.device)
+
+    def _model(self) -> SmallCNN:
+        return build_cnn(self.cfg.model, self.info.channels, self.info.num_classes)
+
+    def initial_state(self) -> State:
+        torch.manual_seed(self.cfg.seed)
+        return {k: v.numpy().copy() for k, v in self._model().state_dict().items()}
+
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        return global_state
+
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        accumulator = SliceAccumulator(global_state)
+        for reply in replies:
+            accumulator.add(reply.arrays, weight=reply.num_examples)
+        return accumulator.result()
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        model = self._model()
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        return evaluate(model, eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device)

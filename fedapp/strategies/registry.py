@@ -1,0 +1,23 @@
+"""Names of the server strategies and how to build one (lazy imports: config reads the names)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedapp.config import RunConfig
+    from fedapp.profiles import NodeRegistry
+    from fedapp.strategies.base import HeterogeneousStrategy
+
+#: strategy name -> "module:class"; the client side uses the same names (fedapp.clients.registry).
+_STRATEGIES: dict[str, str] = {
+    "fedavg": "fedapp.strategies.fedavg:FedAvgStrategy",
+}
+STRATEGY_NAMES: tuple[str, ...] = tuple(_STRATEGIES)
+
+
+def build_strategy(cfg: RunConfig, nodes: NodeRegistry) -> HeterogeneousStrategy:
+    """The server strategy the run config selects."""
+    module, cls = _STRATEGIES[cfg.strategy].split(":")
+    return getattr(import_module(module), cls)(cfg, nodes)
