@@ -43,43 +43,43 @@ def flower_env(flwr_home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _alive(pid: int) -> bool:
+    """Running and not a zombie."""
+    try:
+        return " Z " not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:3] + " "
+    except OSError:
+        return False
+
+
 def stop(pid: int, grace: float = 10.0) -> None:
-    """Terminate a process group (then kill it if it does not go)."""
+    """Terminate a process, and its whole group if it leads one; kill it if it does not go."""
+    try:
+        leads_group = os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
         try:
-            os.killpg(pid, sig)
+            (os.killpg if leads_group else os.kill)(pid, sig)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            if not _alive(pid):
                 return
             time.sleep(0.1)
 
 
-def pids_listening(port: int) -> list[int]:
-    """PIDs of processes with a listening TCP socket on ``port`` (read from /proc)."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "0A":
-                inodes.add(parts[9])
+def pids_mentioning(text: str) -> list[int]:
+    """PIDs whose command line contains ``text`` (e.g. a port only this test uses)."""
     pids = []
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
-            links = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if any(f"socket:[{inode}]" in links for inode in inodes):
+        if text in cmdline:
             pids.append(int(proc.name))
     return pids
 
@@ -89,7 +89,8 @@ class Processes:
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.pids: list[int] = []
+        self.procs: list[subprocess.Popen] = []
+        self.patterns: list[str] = []
 
     def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> Path:
         """Start a command in a new session, output to ``<log_dir>/<name>.log``."""
@@ -104,17 +105,21 @@ class Processes:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-        self.pids.append(proc.pid)
+        self.procs.append(proc)
         return log_path
 
-    def adopt(self, pid: int) -> None:
-        """Take responsibility for stopping a process someone else started (e.g. by flwr run)."""
-        if pid not in self.pids:
-            self.pids.append(pid)
+    def adopt(self, pattern: str) -> None:
+        """Also stop, at the end, every process whose command line contains ``pattern``: the
+        detached ones that others start for us (the local SuperLink of ``flwr run``, SuperExec)."""
+        self.patterns.append(pattern)
 
     def stop_all(self) -> None:
-        for pid in reversed(self.pids):
-            stop(pid)
+        for proc in reversed(self.procs):
+            stop(proc.pid)
+            proc.wait(timeout=10)
+        for pattern in self.patterns:
+            for pid in pids_mentioning(pattern):
+                stop(pid)
 
 
 @contextmanager

@@ -1,0 +1,137 @@
+"""The app as users run it: `flwr run .` in Flower's simulation engine, and a real deployment
+with a SuperLink and two SuperNodes on 127.0.0.1. Each test stops every process it started,
+including the local SuperLink that `flwr run` leaves running, also when it fails."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from local_grid import APP_DIR
+from processes import BIN_DIR, flower_env, free_port, managed_processes, wait_for_port
+
+FLWR = str(BIN_DIR / "flwr")
+RUN_TIMEOUT = 420
+
+
+def _flwr_run(args: list[str], env: dict[str, str], log: Path) -> subprocess.CompletedProcess:
+    with log.open("w") as out:
+        return subprocess.run(
+            [FLWR, "run", ".", *args, "--stream"],
+            cwd=APP_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+
+
+def _preset_with(tmp_path: Path, preset: str, overrides: dict[str, Any]) -> Path:
+    """A preset with some keys changed: flwr run takes a TOML file or key=value pairs, not both."""
+    config = tomllib.loads((APP_DIR / "conf" / f"{preset}.toml").read_text()) | overrides
+    path = tmp_path / f"{preset}.toml"
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    return path
+
+
+def _read_results(run_dir: Path, rounds: int, log: Path) -> dict:
+    assert (run_dir / "summary.json").exists(), log.read_text()[-4000:]
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == list(range(1, rounds + 1))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    return summary
+
+
+def test_flwr_run_simulation(tmp_path: Path) -> None:
+    http_port, control_port = free_port(), free_port()
+    env = flower_env(
+        tmp_path / "flwr-home",
+        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
+        FLWR_LOCAL_CONTROL_API_PORT=str(control_port),
+    )
+    out = tmp_path / "out"
+    log = tmp_path / "flwr-run.log"
+    with managed_processes(tmp_path) as procs:
+        procs.adopt(f"--port {http_port}")  # the local SuperLink that flwr run starts
+        procs.adopt(f"127.0.0.1:{http_port}")  # and its SuperExec
+        preset = _preset_with(
+            tmp_path,
+            "fedavg-digits",
+            {"num-server-rounds": 2, "out-dir": str(out), "run-name": "sim"},
+        )
+        result = _flwr_run(
+            [
+                "--federation-config",
+                "num-supernodes=4 client-resources-num-cpus=1",
+                "--run-config",
+                str(preset),
+            ],
+            env,
+            log,
+        )
+        assert result.returncode == 0, log.read_text()[-4000:]
+        summary = _read_results(out / "sim", rounds=2, log=log)
+    assert summary["nodes"] == 4 and summary["dataset"] == "digits"
+    text = log.read_text()
+    assert "round 2/2 | clients 2/2" in text and "uv sync" not in text
+
+
+def test_deployment_superlink_and_two_supernodes(tmp_path: Path) -> None:
+    link_port = free_port()
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "deploy"\n\n'
+        f'[superlink.deploy]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n'
+    )
+    env = flower_env(home)
+    out = tmp_path / "out"
+    with managed_processes(tmp_path) as procs:
+        link_log = procs.start(
+            "superlink",
+            [
+                str(BIN_DIR / "flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(link_port),
+                "--disable-runtime-dependency-installation",
+            ],
+            env,
+            tmp_path,
+        )
+        wait_for_port(link_port, 30, link_log)
+        for partition_id, budget in ((0, 5e7), (1, 4e8)):
+            procs.start(
+                f"supernode-{partition_id}",
+                [
+                    str(BIN_DIR / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{link_port}",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"partition-id={partition_id} num-partitions=2 budget={budget:.0f}",
+                ],
+                flower_env(tmp_path / f"sn{partition_id}"),
+                tmp_path,
+            )
+        log = tmp_path / "flwr-run.log"
+        preset = _preset_with(
+            tmp_path,
+            "fedavg-digits",
+            {"num-clients": 2, "num-server-rounds": 2, "out-dir": str(out), "run-name": "deploy"},
+        )
+        result = _flwr_run(["deploy", "--run-config", str(preset)], env, log)
+        assert result.returncode == 0, log.read_text()[-4000:]
+        summary = _read_results(out / "deploy", rounds=2, log=log)
+    assert summary["nodes"] == 2
+    assert "round 2/2 | clients 2/2" in log.read_text()
