@@ -210,3 +210,39 @@ def test_same_seed_same_cohorts_and_model(tmp_path) -> None:
     assert cohorts_a == cohorts_b
     assert all(np.array_equal(state_a[k], state_b[k]) for k in state_a)
     assert any(not np.array_equal(state_a[k], state_c[k]) for k in state_a)
+
+
+def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:
+    from flwr.app import ConfigRecord, Context, RecordDict
+
+    from fedapp.messages import to_record
+    from fedapp.profiles import NodeRegistry
+    from fedapp.strategies.registry import build_strategy
+
+    config = _config(tmp_path, num_clients=3, fraction_train=1.0, min_train_clients=3)
+    grid = LocalGrid(client_app, config, num_nodes=3)
+    server_context(config)
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, 3, timeout=5)
+    strategy = build_strategy(parse_run_config(config), nodes)
+    state = to_record(strategy.initial_state())
+    strategy.aggregate_train(
+        1, grid.send_and_receive(strategy.configure_train(1, state, ConfigRecord(), grid))
+    )
+
+    # partition 2's device reconnects under a new node id
+    old_id, new_id = grid.node_ids[2], 9999
+    grid.node_ids[2] = new_id
+    grid.contexts[new_id] = Context(
+        run_id=1,
+        node_id=new_id,
+        state=RecordDict(),
+        node_config=grid.contexts[old_id].node_config,
+        run_config=config,
+    )
+    sent_before = len(grid.sent)
+    messages = list(strategy.configure_train(2, state, ConfigRecord(), grid))
+    queries = [m for m in grid.sent[sent_before:] if m.metadata.message_type == MessageType.QUERY]
+    assert [m.metadata.dst_node_id for m in queries] == [new_id]
+    assert nodes.profiles[new_id].partition_id == 2
+    assert new_id in {m.metadata.dst_node_id for m in messages}
