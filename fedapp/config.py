@@ -70,6 +70,7 @@ class RunConfig:
     eval_every: int
     out_dir: str
     run_name: str
+    resume: bool
 
     @property
     def cohort_size(self) -> int:
@@ -141,7 +142,8 @@ _CHECKS: dict[str, Check] = {
 def _coerce(key: str, value: Any, kind: type) -> Any:
     """Convert a TOML value to the field's type, refusing anything lossy or non-finite."""
     ok = (
-        (kind is str and isinstance(value, str))
+        (kind is bool and isinstance(value, bool))
+        or (kind is str and isinstance(value, str))
         or (kind is int and isinstance(value, int) and not isinstance(value, bool))
         or (kind is float and isinstance(value, int | float) and not isinstance(value, bool))
     )
@@ -170,6 +172,10 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"'min-train-clients' = {cfg.min_train_clients} asks for more clients per round than "
             f"'num-clients' = {cfg.num_clients}: allowed is 1 to num-clients"
         )
+    if cfg.resume and not cfg.run_name:
+        problems.append(
+            "'resume' = true needs 'run-name': the run to continue is <out-dir>/<run-name>"
+        )
     return problems
 
 
@@ -186,7 +192,9 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             )
             continue
         try:
-            value = _coerce(key, run_config[key], {"str": str, "int": int, "float": float}[f.type])
+            value = _coerce(
+                key, run_config[key], {"str": str, "int": int, "float": float, "bool": bool}[f.type]
+            )
         except ConfigError as err:
             problems.append(str(err))
             continue

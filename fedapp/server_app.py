@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from logging import ERROR, INFO
+from logging import ERROR, INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Context
@@ -12,11 +13,17 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetUnavailableError
-from fedapp.evaluation.results import SUMMARY_FILE, RunRecorder
+from fedapp.evaluation.results import (
+    BEST_MODEL_FILE,
+    CONFIG_FILE,
+    FINAL_MODEL_FILE,
+    SUMMARY_FILE,
+    RunRecorder,
+)
 from fedapp.federated_data import server_set
 from fedapp.messages import from_record, to_record
 from fedapp.profiles import NodeRegistry
-from fedapp.strategies.base import HeterogeneousStrategy, State
+from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
 from fedapp.strategies.registry import build_strategy
 
 app = ServerApp()
@@ -42,64 +49,75 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     nodes = NodeRegistry()
     nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
     strategy = build_strategy(cfg, nodes)
-    recorder = RunRecorder(run_dir)
-    recorder.write_json("config.json", cfg.as_run_config())
+    first_round, state, best = _starting_point(cfg, strategy, run_dir)
+    recorder = RunRecorder(run_dir, resume_after=first_round - 1)
+    recorder.write_json(CONFIG_FILE, cfg.as_run_config())
     log(
         INFO,
-        "fedapp: %s on %s, %d clients (%d per round), %d rounds -> %s",
+        "fedapp: %s on %s, %d clients (%d per round), rounds %d..%d -> %s",
         cfg.strategy,
         cfg.dataset,
         cfg.num_clients,
         cfg.cohort_size,
+        first_round,
         cfg.num_server_rounds,
         run_dir,
     )
     strategy.summary()
 
-    state = strategy.initial_state()
-    best = {"round": 0, "val-accuracy": -1.0}
-    best_state = state
     started = time.perf_counter()
-    for server_round in range(1, cfg.num_server_rounds + 1):
+    for server_round in range(first_round, cfg.num_server_rounds + 1):
         round_start = time.perf_counter()
         state, row = _train_round(grid, strategy, server_round, state)
         if server_round % cfg.eval_every == 0 or server_round == cfg.num_server_rounds:
-            val = strategy.evaluate(state, validation)
-            row |= {"val-loss": val["loss"], "val-accuracy": val["accuracy"]}
-            if val["accuracy"] > best["val-accuracy"]:
-                best = {"round": server_round, "val-accuracy": val["accuracy"]}
-                best_state = state
-                recorder.save_state("model_best.pt", state)
+            row |= strategy.validation_metrics(state, validation)
+            if row[SELECTION_KEY] > best[SELECTION_KEY]:
+                best = {"round": server_round, SELECTION_KEY: row[SELECTION_KEY]}
+                recorder.save_state(BEST_MODEL_FILE, state)
         row["seconds"] = time.perf_counter() - round_start
         recorder.log_round(row)
+        recorder.save_checkpoint(server_round, state, best)
         _log_progress(cfg, row)
 
-    recorder.save_state("model_final.pt", state)
-    test = strategy.evaluate(best_state, server_set(cfg, "test"))
+    recorder.save_state(FINAL_MODEL_FILE, state)
+    best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
     summary = {
         "strategy": cfg.strategy,
         "dataset": cfg.dataset,
         "rounds": cfg.num_server_rounds,
+        "resumed_from_round": first_round - 1,
         "best_round": best["round"],
-        "best_val_accuracy": best["val-accuracy"],
-        "test_accuracy": test["accuracy"],
-        "test_loss": test["loss"],
-        "test_examples": test["examples"],
-        "final_val_accuracy": recorder.rows[-1]["val-accuracy"],
+        "best_val_accuracy": best[SELECTION_KEY],
         "wall_seconds": time.perf_counter() - started,
         "nodes": len(nodes.profiles),
         "run_dir": str(run_dir),
-    }
+    } | strategy.test_summary(best_state, server_set(cfg, "test"))
     recorder.write_json(SUMMARY_FILE, summary)
     recorder.plot_accuracy(f"{cfg.strategy} on {cfg.dataset}")
     log(
         INFO,
         "fedapp: test accuracy %.2f%% (best validation round %d); results in %s",
-        100 * test["accuracy"],
+        100 * summary["test_accuracy"],
         best["round"],
         run_dir,
     )
     return summary
+
+
+def _starting_point(
+    cfg: RunConfig, strategy: HeterogeneousStrategy, run_dir: Path
+) -> tuple[int, State, dict[str, Any]]:
+    """Round 1 from the initial state, or the round after the checkpoint when resuming."""
+    fresh = (1, strategy.initial_state(), {"round": 0, SELECTION_KEY: -1.0})
+    if not cfg.resume:
+        return fresh
+    try:
+        done, state, best = RunRecorder.load_checkpoint(run_dir)
+    except FileNotFoundError:
+        log(WARNING, "fedapp: resume = true but %s has no checkpoint; starting at round 1", run_dir)
+        return fresh
+    log(INFO, "fedapp: resuming %s after round %d", run_dir, done)
+    return done + 1, state, best
 
 
 def _train_round(

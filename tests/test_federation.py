@@ -246,3 +246,31 @@ def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:
     assert [m.metadata.dst_node_id for m in queries] == [new_id]
     assert nodes.profiles[new_id].partition_id == 2
     assert new_id in {m.metadata.dst_node_id for m in messages}
+
+
+def test_resume_after_a_crash_continues_without_lost_or_repeated_rounds(tmp_path) -> None:
+    import torch
+
+    def crash_in_round_3(index, reply):
+        if reply.metadata.group_id == "3":
+            raise RuntimeError("server killed")
+        return reply
+
+    base = {"num_clients": 3, "num_server_rounds": 4}
+    config = _config(tmp_path, run_name="crashy", **base)
+    server_context(config)
+    grid = LocalGrid(client_app, config, num_nodes=3, reply_hooks={0: crash_in_round_3})
+    with pytest.raises(RuntimeError, match="server killed"):
+        run_experiment(grid, parse_run_config(config))
+    assert (tmp_path / "crashy" / "metrics.jsonl").read_text().count("\n") == 2
+
+    resumed = _config(tmp_path, run_name="crashy", resume=True, **base)
+    summary = run_experiment(LocalGrid(client_app, resumed, num_nodes=3), parse_run_config(resumed))
+    rows = [json.loads(x) for x in (tmp_path / "crashy" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2, 3, 4] and summary["resumed_from_round"] == 2
+
+    straight = _config(tmp_path, run_name="straight", **base)
+    run_experiment(LocalGrid(client_app, straight, num_nodes=3), parse_run_config(straight))
+    a = torch.load(tmp_path / "crashy" / "model_final.pt", weights_only=True)
+    b = torch.load(tmp_path / "straight" / "model_final.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)

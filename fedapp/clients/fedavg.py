@@ -6,7 +6,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 
 from fedapp.clients.training import (
     resolve_device,
-    seeded_generator,
+    seed_local_work,
     sgd,
     train_loader,
     train_supervised,
@@ -24,7 +24,7 @@ def train(message: Message, cfg: RunConfig, partition_id: int) -> RecordDict:
     lr = float(message.content[CONFIG]["learning-rate"])
     model = build_cnn(cfg.model, info.channels, info.num_classes)
     load_into(model, message.content[ARRAYS])
-    generator = seeded_generator(cfg.seed, server_round, partition_id)
+    generator = seed_local_work(cfg.seed, server_round, partition_id)
     loader = train_loader(client_shard(cfg, partition_id), info, cfg.batch_size, generator)
     stats = train_supervised(
         model,

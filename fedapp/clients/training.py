@@ -32,11 +32,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def seeded_generator(*seeds: int) -> torch.Generator:
-    """A torch generator fixed by a tuple of integers (run seed, round, partition, ...)."""
+def seed_local_work(*seeds: int) -> torch.Generator:
+    """Fix all randomness of one piece of local work by (run seed, round, partition, ...).
+
+    Seeds torch's global generator (dropout, augmentation) and returns a generator for the data
+    order, so a round's result depends on its own seeds only, not on what the process ran before
+    (which differs between a Ray actor, a fresh device process and a resumed run).
+    """
     mixed = 0
     for s in seeds:
         mixed = (mixed * 1_000_003 + int(s)) % (2**63 - 1)
+    torch.manual_seed(mixed)
     return torch.Generator().manual_seed(mixed)
 
 

@@ -1,7 +1,8 @@
 """Result files of a run: resolved config, per-round metrics, summary, plot, checkpoints.
 
-Everything is written as the run goes (metrics are appended and flushed each round), so a
-crashed run leaves what it had done on disk.
+Everything is written as the run goes: each round's metrics row is appended, then a checkpoint
+of the global state is replaced atomically. A crashed run is resumed from the checkpoint, and rows
+of rounds after it (written just before a crash) are dropped, so no round is lost or repeated.
 """
 
 from __future__ import annotations
@@ -19,20 +20,29 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
+BEST_MODEL_FILE = "model_best.pt"
+FINAL_MODEL_FILE = "model_final.pt"
 PLOT_FILE = "accuracy.png"
 
 
 class RunRecorder:
     """Writes one run's outputs into its own folder."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, resume_after: int = 0) -> None:
+        """Start a run's files afresh, or keep the metrics of rounds 1..resume_after."""
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
-        self.rows: list[dict[str, Any]] = []
-        (run_dir / METRICS_FILE).write_text("")
+        metrics = run_dir / METRICS_FILE
+        kept = []
+        if resume_after and metrics.exists():
+            rows = [json.loads(line) for line in metrics.read_text().splitlines() if line]
+            kept = [r for r in rows if r["round"] <= resume_after]
+        self.rows: list[dict[str, Any]] = kept
+        metrics.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
 
     @staticmethod
     def run_dir_for(out_dir: Path, run_name: str, strategy: str, dataset: str) -> Path:
@@ -58,6 +68,35 @@ class RunRecorder:
             {k: torch.from_numpy(np.require(v, requirements="C")) for k, v in state.items()}, path
         )
         return path
+
+    @staticmethod
+    def load_state(path: Path) -> dict[str, np.ndarray]:
+        """A state saved by ``save_state``."""
+        return {k: v.numpy() for k, v in torch.load(path, weights_only=True).items()}
+
+    def save_checkpoint(
+        self, server_round: int, state: Mapping[str, np.ndarray], extra: Mapping[str, Any]
+    ) -> None:
+        """The state after a completed round, written to a temporary file then renamed."""
+        tmp = self.run_dir / (CHECKPOINT_FILE + ".tmp")
+        torch.save(
+            {
+                "round": server_round,
+                "extra": dict(extra),
+                "state": {
+                    k: torch.from_numpy(np.require(v, requirements="C")) for k, v in state.items()
+                },
+            },
+            tmp,
+        )
+        tmp.replace(self.run_dir / CHECKPOINT_FILE)
+
+    @staticmethod
+    def load_checkpoint(run_dir: Path) -> tuple[int, dict[str, np.ndarray], dict[str, Any]]:
+        """(round, state, extra) of the last completed round; FileNotFoundError if none."""
+        saved = torch.load(run_dir / CHECKPOINT_FILE, weights_only=True)
+        state = {k: v.numpy() for k, v in saved["state"].items()}
+        return int(saved["round"]), state, saved["extra"]
 
     def plot_accuracy(self, title: str) -> Path:
         """Validation accuracy (and mean train loss) per round as a PNG."""

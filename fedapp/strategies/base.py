@@ -28,6 +28,8 @@ from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.strategies.replies import ArraySpec, InvalidReply, ValidReply, spec_of, validate_reply
 
 State = dict[str, np.ndarray]
+#: The validation metric that selects the best checkpoint.
+SELECTION_KEY = "val-accuracy"
 
 
 @dataclass
@@ -65,7 +67,22 @@ class HeterogeneousStrategy(Strategy):
 
     @abstractmethod
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """Centralized evaluation of a global state on server-held data."""
+        """Centralized evaluation of a global state: 'loss', 'accuracy', 'examples'."""
+
+    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """Per-round validation; must include SELECTION_KEY (methods with many operating
+        points report one entry per point and select on their mean)."""
+        result = self.evaluate(state, data)
+        return {"val-loss": result["loss"], SELECTION_KEY: result["accuracy"]}
+
+    def test_summary(self, state: State, data: ImageArrays) -> dict[str, Any]:
+        """The one final test evaluation of the selected checkpoint, for summary.json."""
+        result = self.evaluate(state, data)
+        return {
+            "test_accuracy": result["accuracy"],
+            "test_loss": result["loss"],
+            "test_examples": result["examples"],
+        }
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         """Per-node training settings decided by the server (the rest comes from the run config)."""
