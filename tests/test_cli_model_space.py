@@ -50,6 +50,13 @@ def test_route_reproduces_table_9(capsys, budget, millions, affordable) -> None:
     assert round(out["params"] / 1e6, 2) == millions and out["affordable"] == affordable
 
 
+def test_a_cache_is_counted_on_the_supernet_it_names(capsys) -> None:
+    out = _json(capsys, "route", "--cache", "feast-small-digits", "--budget", "1M")
+    assert out["supernet"] == "feast-small" and out["affordable"] >= 1
+    shown = _json(capsys, "cache", "show", REF, "--classes", "10")
+    assert (shown["classes"], shown["min_macs"]) == (10, 24_957_968)
+
+
 def test_route_envelope_of_the_whole_cache(capsys) -> None:
     out = _json(capsys, "route", "--cache", REF, "--budget", "1.5G")
     assert out["envelope"]["d"] == [8, 8, 8, 8] and out["envelope"]["w"] == [9, 6, 6, 7, 7]

@@ -86,8 +86,9 @@ def test_running_statistics_are_averaged_like_weights() -> None:
     acc = SliceAccumulator(old)
     acc.add({"bn.running_mean": np.full(2, 3.0, np.float32)}, 1.0)
     acc.add({"bn.running_mean": np.full(3, 6.0, np.float32)}, 2.0)
-    np.testing.assert_allclose(acc.result()["bn.running_mean"], [5.0, 5.0, 6.0, 0.0])
-    np.testing.assert_array_equal(acc.result()["bn.running_var"], old["bn.running_var"])
+    new = acc.result()
+    np.testing.assert_allclose(new["bn.running_mean"], [5.0, 5.0, 6.0, 0.0])
+    np.testing.assert_array_equal(new["bn.running_var"], old["bn.running_var"])
 
 
 def test_full_slices_give_plain_fedavg() -> None:
@@ -115,10 +116,23 @@ def test_a_bad_reply_changes_nothing() -> None:
     assert acc.total_weight == 0
 
 
+def test_result_is_taken_once_and_leaves_the_old_state_alone() -> None:
+    old = {"w": np.ones((2, 3), np.float32)}
+    acc = SliceAccumulator(old)
+    acc.add({"w": np.full((1, 2), 4.0, np.float32)}, 2.0)
+    acc.add({"w": np.full((2, 1), 7.0, np.float32)}, 1.0)
+    np.testing.assert_allclose(acc.result()["w"], [[5.0, 4.0, 1.0], [7.0, 1.0, 1.0]])
+    np.testing.assert_array_equal(old["w"], np.ones((2, 3)))
+    with pytest.raises(RuntimeError, match="already taken"):
+        acc.result()
+    with pytest.raises(RuntimeError, match="already taken"):
+        acc.add({"w": np.ones((1, 1), np.float32)}, 1.0)
+
+
 def test_extract_cuts_leading_slices_and_rejects_oversized_ones() -> None:
     state = {"w": np.arange(24, dtype=np.float32).reshape(4, 6), "n": np.array(3)}
     out = extract(state, {"w": (2, 3), "n": ()})
     np.testing.assert_array_equal(out["w"], state["w"][:2, :3])
-    assert out["w"].flags.c_contiguous and out["n"] == 3
+    assert out["w"].flags.c_contiguous and out["n"].shape == () and out["n"] == 3
     with pytest.raises(ValueError, match="does not fit"):
         extract(state, {"w": (5, 1)})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from types import EllipsisType
 
 import numpy as np
 
@@ -20,6 +21,11 @@ NON_AVERAGED_SUFFIXES: tuple[str, ...] = ("num_batches_tracked",)
 def leading_slice(shape: tuple[int, ...]) -> tuple[slice, ...]:
     """The index that selects a leading block of the given shape."""
     return tuple(slice(0, int(n)) for n in shape)
+
+
+def fits(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
+    """Whether a leading slice of ``shape`` exists in a tensor of shape ``full``."""
+    return len(shape) == len(full) and all(s <= g for s, g in zip(shape, full, strict=True))
 
 
 def is_averaged(name: str) -> bool:
@@ -34,11 +40,9 @@ def extract(
     out: dict[str, np.ndarray] = {}
     for name, shape in shapes.items():
         tensor = global_state[name]
-        if len(shape) != tensor.ndim or any(
-            s > g for s, g in zip(shape, tensor.shape, strict=True)
-        ):
+        if not fits(tuple(shape), tensor.shape):
             raise ValueError(f"slice {tuple(shape)} does not fit {name} of shape {tensor.shape}")
-        out[name] = np.ascontiguousarray(tensor[leading_slice(shape)])
+        out[name] = np.array(tensor[leading_slice(shape)], order="C")  # keeps 0-d tensors 0-d
     return out
 
 
@@ -51,16 +55,19 @@ class SliceAccumulator:
     running statistics are averaged like weights; step counters (``num_batches_tracked``) keep
     their old value.
 
-    Cost: sums live only over the bounding box of what arrived, and no per-element count array is
-    kept. Leading slices cover nested boxes, so the covering weight is constant on the cells cut
-    by the distinct slice sizes along each axis; ``result`` divides cell by cell. Sums use the
-    global tensor's float type (float32 for a float32 model), like a dense FedAvg would.
+    Cost: the running sums live in the leading block of the output tensors themselves (float32
+    for a float32 model, as in a dense FedAvg), so no extra state-sized buffer and no per-element
+    count array exist. Leading slices are nested boxes, so the covering weight is constant on the
+    cells cut by the distinct slice sizes along each axis; ``result`` divides each covered cell
+    in place and copies the old value into the others. ``result`` can therefore be taken once.
     """
 
     def __init__(self, global_state: Mapping[str, np.ndarray]) -> None:
         self._old = {name: np.asarray(t) for name, t in global_state.items()}
-        self._sum: dict[str, np.ndarray] = {}
+        self._out: dict[str, np.ndarray] = {}
+        self._box: dict[str, tuple[int, ...]] = {}
         self._arrivals: dict[str, list[tuple[tuple[int, ...], float]]] = {}
+        self._taken = False
         self.total_weight = 0.0
 
     def add(self, sub_state: Mapping[str, np.ndarray], weight: float) -> None:
@@ -68,6 +75,7 @@ class SliceAccumulator:
 
         Every tensor is checked before anything is added, so a bad reply changes nothing.
         """
+        self._check_open()
         if not (weight > 0 and np.isfinite(weight)):
             raise ValueError(f"aggregation weight must be positive and finite, got {weight}")
         arrays = {name: np.asarray(t) for name, t in sub_state.items()}
@@ -75,61 +83,85 @@ class SliceAccumulator:
             old = self._old.get(name)
             if old is None:
                 raise KeyError(f"{name} is not a global tensor")
-            if tensor.ndim != old.ndim or any(
-                s > g for s, g in zip(tensor.shape, old.shape, strict=True)
-            ):
+            if not fits(tensor.shape, old.shape):
                 raise ValueError(f"slice {tensor.shape} does not fit {name} of shape {old.shape}")
         for name, tensor in arrays.items():
-            if not is_averaged(name):
-                continue
-            total = self._grow(name, tensor.shape)
-            part = total[leading_slice(tensor.shape)]
-            part += tensor * weight if weight != 1 else tensor
-            self._arrivals.setdefault(name, []).append((tensor.shape, float(weight)))
+            if is_averaged(name):
+                self._add_one(name, tensor, weight)
+                self._arrivals.setdefault(name, []).append((tensor.shape, float(weight)))
         self.total_weight += weight
 
-    def _grow(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """The sum array of ``name``, enlarged (rarely) to cover ``shape``."""
-        total = self._sum.get(name)
-        if total is None or any(s > t for s, t in zip(shape, total.shape, strict=True)):
-            box = shape if total is None else tuple(np.maximum(shape, total.shape))
-            dtype = np.promote_types(self._old[name].dtype, np.float32)
-            grown = np.zeros(box, dtype=dtype)
-            if total is not None:
-                grown[leading_slice(total.shape)] = total
-            self._sum[name] = total = grown
-        return total
+    def _add_one(self, name: str, tensor: np.ndarray, weight: float) -> None:
+        old = self._old[name]
+        out = self._out.get(name)
+        part_index = (*leading_slice(tensor.shape), ...)  # a view, also for 0-d tensors
+        if out is None:  # first arrival: the sum is this slice, scaled (one pass, no zeros)
+            out = self._out[name] = np.empty(old.shape, np.promote_types(old.dtype, np.float32))
+            np.multiply(tensor, weight, out=out[part_index], casting="same_kind")
+            self._box[name] = tensor.shape
+            return
+        box = self._box[name]
+        grown = tuple(max(a, b) for a, b in zip(box, tensor.shape, strict=True))
+        if grown != box:  # zero the part of the grown box that holds no sum yet
+            for k in range(len(box)):
+                slab = (
+                    *(slice(0, box[j]) for j in range(k)),
+                    slice(box[k], grown[k]),
+                    *(slice(0, grown[j]) for j in range(k + 1, len(box))),
+                )
+                out[slab] = 0
+            self._box[name] = grown
+        out[part_index] += tensor * weight
 
     def result(self) -> dict[str, np.ndarray]:
-        """The averaged global state, in the dtypes of the old one."""
-        out: dict[str, np.ndarray] = {}
+        """The averaged global state, in the dtypes of the old one (can be taken once)."""
+        self._check_open()
+        self._taken = True
+        result: dict[str, np.ndarray] = {}
         for name, old in self._old.items():
-            new = old.copy()
-            total = self._sum.get(name)
-            if total is not None:
-                for cell, weight in covered_cells(self._arrivals[name]):
-                    np.divide(total[cell], weight, out=new[cell], casting="same_kind")
-            out[name] = new
-        return out
+            out = self._out.pop(name, None)
+            if out is None:
+                result[name] = old.copy()
+                continue
+            for cell, weight in tile_cells(self._arrivals[name], old.shape):
+                if weight > 0:
+                    out[cell] /= weight
+                else:
+                    out[cell] = old[cell]
+            result[name] = out.astype(old.dtype, copy=False)
+        return result
+
+    def _check_open(self) -> None:
+        if self._taken:
+            raise RuntimeError("this accumulator's result was already taken; start a new one")
 
 
-def covered_cells(
-    arrivals: list[tuple[tuple[int, ...], float]],
-) -> list[tuple[tuple[slice, ...], float]]:
-    """Cells of constant covering weight for leading slices ``(shape, weight)`` of one tensor.
+def tile_cells(
+    arrivals: list[tuple[tuple[int, ...], float]], shape: tuple[int, ...]
+) -> list[tuple[tuple[slice | EllipsisType, ...], float]]:
+    """Tile a tensor of ``shape`` into cells of constant covering weight.
 
-    Each axis is cut at the distinct slice sizes; a cell is covered by every slice that reaches
-    its far corner. Returns the cells with positive weight.
+    ``arrivals`` are the leading slices ``(shape, weight)`` that were added. Each axis is cut at
+    the distinct slice sizes; a cell is covered by every slice that reaches its far corner (a bit
+    set per axis interval, intersected per cell), and cells no slice reaches get weight 0.
     """
-    ndim = len(arrivals[0][0])
-    cuts = [sorted({0, *(shape[k] for shape, _ in arrivals)}) for k in range(ndim)]
-    cells = []
-    for corner in itertools.product(*(range(1, len(c)) for c in cuts)):
-        hi = [cuts[k][j] for k, j in enumerate(corner)]
-        weight = sum(
-            w for shape, w in arrivals if all(s >= h for s, h in zip(shape, hi, strict=True))
+    axes = []
+    for k, n in enumerate(shape):
+        cuts = sorted({0, n, *(s[k] for s, _ in arrivals)})
+        axes.append(
+            [
+                (slice(lo, hi), sum(1 << i for i, (s, _) in enumerate(arrivals) if s[k] >= hi))
+                for lo, hi in itertools.pairwise(cuts)
+            ]
         )
-        if weight > 0:
-            index = tuple(slice(cuts[k][j - 1], cuts[k][j]) for k, j in enumerate(corner))
-            cells.append((index, weight))
+    everyone = (1 << len(arrivals)) - 1
+    weight_of: dict[int, float] = {}
+    cells = []
+    for cell in itertools.product(*axes):
+        covering = everyone
+        for _, bits in cell:
+            covering &= bits
+        if covering not in weight_of:
+            weight_of[covering] = sum(w for i, (_, w) in enumerate(arrivals) if covering >> i & 1)
+        cells.append(((*(index for index, _ in cell), ...), weight_of[covering]))
     return cells
