@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.data.registry import DATASET_NAMES
+from fedapp.models.arch import SUPERNETS_DIR
+from fedapp.models.cache import CACHES_DIR
 from fedapp.models.cnn import available_models
 from fedapp.partitions.factory import PARTITIONER_NAMES
 from fedapp.strategies.registry import STRATEGY_NAMES
@@ -23,6 +25,17 @@ from fedapp.strategies.registry import STRATEGY_NAMES
 #: Where the YAML side of the configuration (model architectures, supernets, caches) lives.
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEVICES = ("auto", "cpu", "cuda")
+LR_SCHEDULES = ("constant", "cosine")
+#: FEAST's training rule and its ablations (paper Table 6): which variants train per mini-batch.
+TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
+
+
+def available_supernets() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in SUPERNETS_DIR.glob("*.yaml")))
+
+
+def available_caches() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in CACHES_DIR.glob("*.yaml")))
 
 
 class ConfigError(ValueError):
@@ -65,7 +78,17 @@ class RunConfig:
     learning_rate: float
     momentum: float
     weight_decay: float
+    lr_schedule: str
     device: str
+    # FEAST: elastic supernet, variant cache, routed co-training
+    supernet: str
+    variant_cache: str
+    routing: bool
+    training_rule: str
+    kd_weight: float
+    grad_clip: float
+    mix_batches: bool
+    anchor_variants: str
     # evaluation and outputs
     eval_every: int
     out_dir: str
@@ -134,7 +157,17 @@ _CHECKS: dict[str, Check] = {
     "learning_rate": _positive(),
     "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "weight_decay": _at_least(0),
+    "lr_schedule": _one_of(LR_SCHEDULES),
     "device": _one_of(DEVICES),
+    "supernet": _one_of(available_supernets()),
+    "variant_cache": _one_of(available_caches()),
+    "training_rule": _one_of(TRAINING_RULES),
+    "kd_weight": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "grad_clip": _positive(),
+    "anchor_variants": (
+        lambda v: v == "" or all(p.strip().isdigit() for p in v.split(",")),
+        "empty (5 evenly spaced variants) or comma-separated cache indices like '0,3,9'",
+    ),
     "eval_every": _at_least(1),
 }
 

@@ -2,16 +2,22 @@
 
 Server and clients each compute this from the run config alone (seeded), so they agree without
 exchanging data; the result is cached per process because Ray actors serve many messages.
+
+A real device may instead train on its own files (node config ``data-path``: an ``.npz`` file or
+an image folder in the formats of the ``npz``/``folder`` data sets). The node's entry points
+register that path with :func:`use_local_data`, so :func:`client_shard`, which every trainer
+calls, returns the device's data without the trainers knowing about node config.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
-from fedapp.config import RunConfig
+from fedapp.config import ConfigError, RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays, LoadedDataset, load_dataset
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
@@ -45,6 +51,13 @@ def client_budgets(cfg: RunConfig) -> np.ndarray:
 def population(cfg: RunConfig) -> Population:
     """Load the data set and split it between server and clients as the config says."""
     dataset = load_dataset(cfg.dataset, cfg.data_dir)
+    try:
+        return _split(cfg, dataset)
+    except ValueError as err:  # sizes that do not fit the data set: a user error
+        raise ConfigError(f"cannot split '{cfg.dataset}' as configured: {err}") from err
+
+
+def _split(cfg: RunConfig, dataset: LoadedDataset) -> Population:
     labels = dataset.train.labels
     splits = server_splits(
         labels,
@@ -68,10 +81,65 @@ def population(cfg: RunConfig) -> Population:
     return Population(dataset=dataset, splits=splits, shards=shards)
 
 
+#: Partition id -> the device's own training data (node config ``data-path``), in this process.
+_LOCAL_DATA: dict[int, str] = {}
+
+
+def use_local_data(partition_id: int, data_path: str | None) -> None:
+    """Serve ``client_shard(cfg, partition_id)`` from ``data_path`` (None: the seeded shard)."""
+    if data_path is None:
+        _LOCAL_DATA.pop(partition_id, None)
+    else:
+        _LOCAL_DATA[partition_id] = data_path
+
+
 def client_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
-    """The training examples of one client."""
+    """The training examples of one client: its own files if it has any, else its shard."""
+    if partition_id in _LOCAL_DATA:
+        return local_data(cfg, _LOCAL_DATA[partition_id])
     pop = population(cfg)
     return _take(pop.dataset.train, pop.shards[partition_id])
+
+
+def local_data(cfg: RunConfig, data_path: str) -> ImageArrays:
+    """A device's own training examples, checked against the run's data set.
+
+    A directory is read as an image folder (``train/<label>/*.png``; the class directories must
+    be named by the run's integer labels, since a device may hold only some classes), a file as
+    ``.npz`` (``x_train``, ``y_train`` with the run's labels). Images must have the run's channels
+    and size: the model and the server's validation data are built for those.
+    """
+    path = Path(data_path).expanduser()
+    if not path.exists():
+        raise ConfigError(f"node config 'data-path' = {data_path!r}: no such file or directory")
+    local = load_dataset("folder" if path.is_dir() else "npz", str(path)).train
+    labels = local.labels
+    if path.is_dir():
+        labels = _folder_class_labels(path)[labels]
+    info = population(cfg).info
+    expected = (info.channels, info.image_size, info.image_size)
+    if local.images.shape[1:] != expected:
+        raise ConfigError(
+            f"node config 'data-path' = {data_path!r} holds images of shape (C, H, W) = "
+            f"{local.images.shape[1:]}, but the run's data set {cfg.dataset!r} has {expected}"
+        )
+    if labels.max() >= info.num_classes:
+        raise ConfigError(
+            f"node config 'data-path' = {data_path!r} has label {int(labels.max())}, but the "
+            f"run's data set {cfg.dataset!r} has classes 0..{info.num_classes - 1}"
+        )
+    return ImageArrays(images=local.images, labels=labels)
+
+
+def _folder_class_labels(root: Path) -> np.ndarray:
+    """The run's label of each class index the folder loader assigns (sorted directory names)."""
+    names = sorted(entry.name for entry in (root / "train").iterdir() if entry.is_dir())
+    if not all(name.isdigit() for name in names):
+        raise ConfigError(
+            f"node config 'data-path' = '{root}': class directories under train/ must be named "
+            f"by the run's integer labels (0, 1, ...), got {', '.join(names)}"
+        )
+    return np.array([int(name) for name in names], dtype=np.int64)
 
 
 def server_set(cfg: RunConfig, name: str) -> ImageArrays:

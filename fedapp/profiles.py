@@ -4,7 +4,8 @@ The server never reads client data and, in Flower, cannot see node config. So be
 first sampled it is sent a QUERY and answers with its profile: partition id, number of training
 examples and compute budget (MACs), plus a few device facts. On a device the budget comes from
 ``--node-config "budget=..."``; in simulation it is derived from the partition id and the run's
-seed, exactly as the partitioner derives it.
+seed, exactly as the partitioner derives it. A device with ``data-path`` in its node config trains
+on those files, and reports their size as its number of examples.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.config import ConfigError, RunConfig
-from fedapp.federated_data import client_budgets, client_shard
+from fedapp.federated_data import client_budgets, client_shard, use_local_data
 
 PROFILE_KEY = "profile"
 
@@ -57,7 +58,11 @@ def local_profile(context: Context, cfg: RunConfig) -> ConfigRecord:
 
 
 def node_partition(node_config: Mapping[str, Any], cfg: RunConfig) -> tuple[int, int]:
-    """Partition id and count from the node config, checked against the run's population."""
+    """Partition id and count from the node config, checked against the run's population.
+
+    Also points ``client_shard`` for this partition at the node's own ``data-path``, if any: every
+    message handler calls this first, so all trainers see the same data as the handshake.
+    """
     try:
         partition_id = int(node_config["partition-id"])
         num_partitions = int(node_config["num-partitions"])
@@ -77,7 +82,21 @@ def node_partition(node_config: Mapping[str, Any], cfg: RunConfig) -> tuple[int,
         raise ConfigError(
             f"node config 'partition-id' = {partition_id} is outside 0..{num_partitions - 1}"
         )
+    use_local_data(partition_id, node_data_path(node_config))
     return partition_id, num_partitions
+
+
+def node_data_path(node_config: Mapping[str, Any]) -> str | None:
+    """The node's own training data (node config ``data-path``), or None to use its shard."""
+    value = node_config.get("data-path")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"node config 'data-path' = {value!r}: expected a quoted path, e.g. "
+            "--node-config 'data-path=\"/home/pi/data.npz\"'"
+        )
+    return value
 
 
 def node_budget(node_config: Mapping[str, Any], cfg: RunConfig, partition_id: int) -> float:

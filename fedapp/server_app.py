@@ -13,10 +13,12 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetUnavailableError
+from fedapp.evaluation.plots import plot_rounds
 from fedapp.evaluation.results import (
     BEST_MODEL_FILE,
     CONFIG_FILE,
     FINAL_MODEL_FILE,
+    ROUNDS_PLOT_FILE,
     SUMMARY_FILE,
     RunRecorder,
 )
@@ -91,9 +93,10 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         "wall_seconds": time.perf_counter() - started,
         "nodes": len(nodes.profiles),
         "run_dir": str(run_dir),
-    } | strategy.test_summary(best_state, server_set(cfg, "test"))
+    } | strategy.test_summary(best_state, server_set(cfg, "test"), run_dir)
     recorder.write_json(SUMMARY_FILE, summary)
-    recorder.plot_accuracy(f"{cfg.strategy} on {cfg.dataset}")
+    plot_rounds(run_dir / ROUNDS_PLOT_FILE, recorder.rows, SELECTION_KEY,
+                f"{cfg.strategy} on {cfg.dataset}")
     log(
         INFO,
         "fedapp: test accuracy %.2f%% (best validation round %d); results in %s",

@@ -274,3 +274,12 @@ def test_resume_after_a_crash_continues_without_lost_or_repeated_rounds(tmp_path
     a = torch.load(tmp_path / "crashy" / "model_final.pt", weights_only=True)
     b = torch.load(tmp_path / "straight" / "model_final.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_split_that_does_not_fit_the_data_is_a_config_error(tmp_path) -> None:
+    from fedapp.config import ConfigError
+    from fedapp.federated_data import population
+
+    cfg = parse_run_config(_config(tmp_path, validation_size=5000))
+    with pytest.raises(ConfigError, match="cannot split 'digits'"):
+        population(cfg)

@@ -13,6 +13,7 @@ Trainer = Callable[[Message, RunConfig, int], RecordDict]
 
 _TRAINERS: dict[str, str] = {
     "fedavg": "fedapp.clients.fedavg:train",
+    "feast": "fedapp.clients.feast:train",
 }
 
 

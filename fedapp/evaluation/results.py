@@ -13,10 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -26,7 +22,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 BEST_MODEL_FILE = "model_best.pt"
 FINAL_MODEL_FILE = "model_final.pt"
-PLOT_FILE = "accuracy.png"
+ROUNDS_PLOT_FILE = "accuracy.png"
 
 
 class RunRecorder:
@@ -97,24 +93,3 @@ class RunRecorder:
         saved = torch.load(run_dir / CHECKPOINT_FILE, weights_only=True)
         state = {k: v.numpy() for k, v in saved["state"].items()}
         return int(saved["round"]), state, saved["extra"]
-
-    def plot_accuracy(self, title: str) -> Path:
-        """Validation accuracy (and mean train loss) per round as a PNG."""
-        rows = [r for r in self.rows if "val-accuracy" in r]
-        fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-        ax.plot(
-            [r["round"] for r in rows],
-            [100 * r["val-accuracy"] for r in rows],
-            marker="o",
-            label="validation accuracy",
-        )
-        ax.set_xlabel("round")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="lower right")
-        path = self.run_dir / PLOT_FILE
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
-        return path

@@ -9,10 +9,12 @@ and a bad one is dropped with a logged reason, failed or silent nodes are skippe
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,8 +77,9 @@ class HeterogeneousStrategy(Strategy):
         result = self.evaluate(state, data)
         return {"val-loss": result["loss"], SELECTION_KEY: result["accuracy"]}
 
-    def test_summary(self, state: State, data: ImageArrays) -> dict[str, Any]:
-        """The one final test evaluation of the selected checkpoint, for summary.json."""
+    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        """The one final test evaluation of the selected checkpoint, for summary.json (methods
+        with more to report write their tables and plots into ``run_dir``)."""
         result = self.evaluate(state, data)
         return {
             "test_accuracy": result["accuracy"],
@@ -86,7 +89,12 @@ class HeterogeneousStrategy(Strategy):
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         """Per-node training settings decided by the server (the rest comes from the run config)."""
-        return {"server-round": server_round, "learning-rate": self.cfg.learning_rate}
+        return {"server-round": server_round,
+                "learning-rate": scheduled_learning_rate(self.cfg, server_round)}
+
+    def eligible(self, profile: NodeProfile) -> bool:
+        """Whether a node can take part at all (e.g. its budget affords some model)."""
+        return True
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         """What a valid reply must contain (default: the payload's names, shapes and dtypes)."""
@@ -98,7 +106,11 @@ class HeterogeneousStrategy(Strategy):
         connected = list(grid.get_node_ids())
         self.nodes.discover(grid, connected, self.cfg.round_timeout)
         candidates = sorted(
-            (self.nodes.profiles[n] for n in connected if n in self.nodes.profiles),
+            (
+                self.nodes.profiles[n]
+                for n in connected
+                if n in self.nodes.profiles and self.eligible(self.nodes.profiles[n])
+            ),
             key=lambda p: p.partition_id,
         )
         size = min(self.cfg.cohort_size, len(candidates))
@@ -183,6 +195,14 @@ class HeterogeneousStrategy(Strategy):
         log(INFO, "\t├── strategy: %s", type(self).__name__)
         log(INFO, "\t├── clients: %d, per round: %d", self.cfg.num_clients, self.cfg.cohort_size)
         log(INFO, "\t└── rounds: %d, seed: %d", self.cfg.num_server_rounds, self.cfg.seed)
+
+
+def scheduled_learning_rate(cfg: RunConfig, server_round: int) -> float:
+    """The round's learning rate: constant, or cosine decay over the round horizon."""
+    if cfg.lr_schedule == "cosine":
+        progress = (server_round - 1) / cfg.num_server_rounds
+        return 0.5 * cfg.learning_rate * (1 + math.cos(math.pi * progress))
+    return cfg.learning_rate
 
 
 def weighted_metrics(replies: list[ValidReply]) -> dict[str, float | int]:

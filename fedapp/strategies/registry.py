@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 #: strategy name -> "module:class"; the client side uses the same names (fedapp.clients.registry).
 _STRATEGIES: dict[str, str] = {
     "fedavg": "fedapp.strategies.fedavg:FedAvgStrategy",
+    "feast": "fedapp.strategies.feast:FeastStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(_STRATEGIES)
 

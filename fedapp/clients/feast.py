@@ -1,0 +1,183 @@
+"""FEAST client: local multi-variant co-training on the routed sub-supernet (paper Alg. 2).
+
+Per mini-batch, one mixed batch (Mixup or CutMix) is reused for every pass. The local largest
+affordable variant trains first on the supervised loss and its detached softmax becomes the
+teacher; then the cache-wide smallest variant and a random intermediate one (redrawn every
+mini-batch) train on (1 - rho) * supervised + rho * KD. Gradients of all passes add up, their
+norm is clipped, and one SGD step follows. The client returns its whole routed tensor set.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+
+from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.config import RunConfig
+from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.feast_space import ModelSpace, model_space
+from fedapp.federated_data import client_shard, population
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
+from fedapp.models.cache import Variant
+from fedapp.models.elastic_resnet import ElasticResNet
+from fedapp.models.routing import envelope
+
+#: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
+FORWARD_BACKWARD_FACTOR = 3
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One variant trained on a mini-batch; ``distil`` adds KD from the batch's teacher."""
+
+    variant: Variant
+    distil: bool
+    teacher: bool = False
+
+
+@dataclass(frozen=True)
+class CoTrainingPlan:
+    """Which variants a client trains, by the training rule and its affordable set."""
+
+    smallest: Variant  # cache-wide a_min
+    largest: Variant  # largest affordable a_max
+    intermediates: tuple[Variant, ...]  # affordable, MACs strictly between the two
+    rule: str
+
+    @property
+    def num_passes(self) -> int:
+        """Variants trained per mini-batch (1, 2 or 3)."""
+        if self.rule in ("min", "max") or self.largest == self.smallest:
+            return 1
+        return 3 if self.rule == "full" and self.intermediates else 2
+
+    def passes(self, generator: torch.Generator) -> list[Pass]:
+        """This mini-batch's passes in order (the teacher first); draws the random one."""
+        low, high = Pass(self.smallest, False), Pass(self.largest, False)
+        if self.rule == "min" or self.largest == self.smallest:
+            return [low]
+        if self.rule == "max":
+            return [high]
+        if self.rule == "min-max":
+            return [high, low]
+        passes = [Pass(self.largest, False, teacher=True), Pass(self.smallest, True)]
+        if self.rule == "full" and self.intermediates:
+            pick = int(torch.randint(len(self.intermediates), (1,), generator=generator))
+            passes.append(Pass(self.intermediates[pick], True))
+        return passes
+
+
+def plan_for(space: ModelSpace, affordable: Sequence[int], rule: str) -> CoTrainingPlan:
+    """The plan of a client with the given affordable cache indices."""
+    variants = space.cache.variants
+    smallest, largest = variants[0], variants[max(affordable)]
+    between = tuple(
+        variants[i] for i in sorted(affordable) if smallest.macs < variants[i].macs < largest.macs
+    )
+    return CoTrainingPlan(smallest, largest, between, rule)
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    loss: float  # supervised loss of the first pass (the local max, or the only pass)
+    forward_macs: int  # per example, summed over the passes
+
+
+def co_training_step(
+    model: ElasticResNet,
+    plan: CoTrainingPlan,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    generator: torch.Generator,
+    optimizer: torch.optim.Optimizer,
+    kd_weight: float,
+    grad_clip: float,
+    mix: bool,
+) -> StepOutcome:
+    """One optimizer step on one mini-batch, every pass of the plan accumulating gradients."""
+    if mix:
+        x, y_a, y_b, lam = mix_batch(x, y, generator)
+    else:
+        y_a, y_b, lam = y, y, 1.0
+    optimizer.zero_grad(set_to_none=True)
+    teacher: torch.Tensor | None = None
+    first_loss, macs = 0.0, 0
+    for index, step in enumerate(plan.passes(generator)):
+        model.activate(step.variant.arch)
+        logits = model(x)
+        loss = mixed_cross_entropy(logits, y_a, y_b, lam)
+        if index == 0:
+            first_loss = loss.item()
+        if step.distil:
+            if teacher is None:
+                raise RuntimeError("a distilled pass needs the teacher pass before it")
+            kd = -(teacher * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
+            loss = (1 - kd_weight) * loss + kd_weight * kd
+        loss.backward()
+        if step.teacher:
+            teacher = torch.softmax(logits.detach(), dim=1)
+        macs += step.variant.macs
+    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return StepOutcome(first_loss, macs)
+
+
+def train(message: Message, cfg: RunConfig, partition_id: int) -> RecordDict:
+    """One round: rebuild the routed sub-supernet from the payload, co-train, send it back."""
+    started = time.perf_counter()
+    info = population(cfg).info
+    space = model_space(cfg, info)
+    config = message.content[CONFIG]
+    affordable = [int(i) for i in config["affordable"]]
+    plan = plan_for(space, affordable, cfg.training_rule)
+    bounds = (
+        envelope(space.config, [space.cache.variants[i].arch for i in affordable])
+        if bool(config["routed"])
+        else space.config.max_arch()
+    )
+    model = ElasticResNet(space.config, bounds)
+    model.load_state_dict(
+        {k: torch.from_numpy(v) for k, v in from_record(message.content[ARRAYS]).items()}
+    )
+    device = resolve_device(cfg.device)
+    model.to(device).train()
+
+    server_round = int(config["server-round"])
+    generator = seed_local_work(cfg.seed, server_round, partition_id)
+    loader = train_loader(client_shard(cfg, partition_id), info, cfg.batch_size, generator)
+    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
+    loss_sum, examples, forward_macs, steps = 0.0, 0, 0, 0
+    for _ in range(cfg.local_epochs):
+        for x, y in loader:
+            outcome = co_training_step(
+                model,
+                plan,
+                x.to(device),
+                y.to(device),
+                generator=generator,
+                optimizer=optimizer,
+                kd_weight=cfg.kd_weight,
+                grad_clip=cfg.grad_clip,
+                mix=cfg.mix_batches,
+            )
+            loss_sum += outcome.loss * len(y)
+            examples += len(y)
+            forward_macs += outcome.forward_macs * len(y)
+            steps += 1
+    metrics = MetricRecord(
+        {
+            NUM_EXAMPLES: len(loader.dataset),
+            "train-loss": loss_sum / max(examples, 1),
+            "train-steps": steps,
+            "train-seconds": time.perf_counter() - started,
+            "compute-proxy-macs": float(FORWARD_BACKWARD_FACTOR * forward_macs),
+            "passes": plan.num_passes,
+        }
+    )
+    return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

@@ -1,0 +1,106 @@
+"""Communication, compute and exposure accounting of routed training (FEAST paper sections 4-5).
+
+Communication is counted in parameters (what the paper reports: a full-supernet round trip is
+2·P per client, a routed one 2·P_i, so ratios do not depend on the factor 2) and in the bytes of
+the arrays actually sent. Exposure asks how often a routed position can be updated at all: a
+position routed by R of N clients is covered in a round with m sampled clients with probability
+1 - C(N - R, m) / C(N, m).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedapp.models.slicing import is_averaged, leading_slice
+
+
+def coverage_probability(population: int, cohort: int, routed_by: int) -> float:
+    """Probability that at least one of ``routed_by`` clients is in a uniform cohort."""
+    if not 0 <= routed_by <= population or not 0 < cohort <= population:
+        raise ValueError(
+            f"need 0 <= R <= N and 0 < m <= N, got N={population}, m={cohort}, R={routed_by}"
+        )
+    return 1.0 - math.comb(population - routed_by, cohort) / math.comb(population, cohort)
+
+
+@dataclass
+class CommunicationLedger:
+    """Parameters and bytes of every accepted client-round, against full-model transmission."""
+
+    full_params: int
+    client_rounds: list[dict[str, int]] = field(default_factory=list)
+
+    def add(self, partition_id: int, params: int, bytes_down: int, bytes_up: int) -> None:
+        self.client_rounds.append(
+            {
+                "partition": partition_id,
+                "params": params,
+                "bytes_down": bytes_down,
+                "bytes_up": bytes_up,
+            }
+        )
+
+    def summary(self, params_by_client: Mapping[int, int]) -> dict[str, float]:
+        """Per client-round means and reductions; per-client figures over the population."""
+        per_client = np.array([self.full_params / p for p in params_by_client.values()])
+        routed = np.array([r["params"] for r in self.client_rounds], dtype=np.float64)
+        out = {
+            "full_params": float(self.full_params),
+            "client_reduction_mean": float(per_client.mean()),
+            "client_reduction_median": float(np.median(per_client)),
+            "client_reduction_max": float(per_client.max()),
+            "client_rounds": float(len(routed)),
+        }
+        if len(routed):
+            out |= {
+                "mean_params_per_client_round": float(routed.mean()),
+                "aggregate_reduction": float(len(routed) * self.full_params / routed.sum()),
+                "bytes_down_total": float(sum(r["bytes_down"] for r in self.client_rounds)),
+                "bytes_up_total": float(sum(r["bytes_up"] for r in self.client_rounds)),
+            }
+        return out
+
+
+def exposure(
+    global_shapes: Mapping[str, tuple[int, ...]],
+    routes: Sequence[Mapping[str, tuple[int, ...]]],
+    cohort: int,
+) -> dict[str, Any]:
+    """How many clients route each position, and its per-round coverage probability.
+
+    ``routes`` holds every client's leading-slice shapes; positions that nobody routes are not
+    part of the trained space and are left out. Step counters are not parameters and not counted.
+    """
+    population = len(routes)
+    counts = {
+        name: np.zeros(shape, dtype=np.int32)
+        for name, shape in global_shapes.items()
+        if is_averaged(name) and len(shape) > 0
+    }
+    for shapes in routes:
+        for name, shape in shapes.items():
+            if name in counts:
+                counts[name][leading_slice(shape)] += 1
+    values, positions = np.unique(
+        np.concatenate([c[c > 0] for c in counts.values()]), return_counts=True
+    )
+    profiles = [
+        {
+            "routed_by": int(r),
+            "positions": int(n),
+            "coverage": coverage_probability(population, cohort, int(r)),
+        }
+        for r, n in zip(values, positions, strict=True)
+    ]
+    return {
+        "population": population,
+        "cohort": cohort,
+        "r_min": int(values[0]),
+        "min_coverage": profiles[0]["coverage"],
+        "profiles": profiles,
+    }

@@ -1,0 +1,71 @@
+"""The PNG figures of a run (headless: the Agg backend, no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def _line_plot(
+    path: Path,
+    x: Sequence[float],
+    y_percent: Sequence[float],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    label: str,
+    reference: tuple[float, str] | None = None,
+) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(x, y_percent, marker="o", label=label)
+    if reference is not None:
+        ax.axhline(reference[0], color="gray", linestyle="--", label=reference[1])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def plot_rounds(path: Path, rows: Sequence[Mapping[str, Any]], key: str, title: str) -> Path:
+    """A per-round metric in [0, 1] (e.g. validation accuracy) as a percentage curve."""
+    rows = [r for r in rows if key in r]
+    return _line_plot(
+        path,
+        [r["round"] for r in rows],
+        [100 * r[key] for r in rows],
+        xlabel="round",
+        ylabel="accuracy (%)",
+        title=title,
+        label=key.replace("-", " "),
+    )
+
+
+def plot_accuracy_vs_macs(
+    path: Path, variants: Sequence[Mapping[str, Any]], title: str, population: float | None = None
+) -> Path:
+    """Test accuracy of every operating point against its MACs (and population accuracy)."""
+    reference = None
+    if population is not None:
+        reference = (100 * population, f"population accuracy {100 * population:.2f}%")
+    return _line_plot(
+        path,
+        [v["macs"] / 1e6 for v in variants],
+        [100 * v["accuracy"] for v in variants],
+        xlabel="MACs (millions)",
+        ylabel="test accuracy (%)",
+        title=title,
+        label="operating points",
+        reference=reference,
+    )

@@ -1,0 +1,76 @@
+"""The run's FEAST model space: the supernet sized for the data set, its variant cache, routes.
+
+Server and clients build it from the run config alone, so both derive identical tensor shapes
+(and MACs, recounted for the data set's input size and classes) without exchanging them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from fedapp.config import ConfigError, RunConfig
+from fedapp.data.registry import DatasetInfo
+from fedapp.models.arch import SupernetConfig, load_supernet
+from fedapp.models.cache import VariantCache, load_cache
+from fedapp.models.counter import count
+from fedapp.models.routing import Route, route
+
+#: Anchors validated each evaluation round when the run config names none.
+DEFAULT_ANCHORS = 5
+
+
+@dataclass
+class ModelSpace:
+    """Supernet configuration, cache of operating points, and memoised routes by budget."""
+
+    config: SupernetConfig
+    cache: VariantCache
+    full_params: int
+    _routes: dict[float, Route] = field(default_factory=dict, repr=False)
+
+    def route(self, budget: float) -> Route:
+        """The routed envelope of a budget (BudgetError below the smallest variant)."""
+        if budget not in self._routes:
+            self._routes[budget] = route(self.cache, budget)
+        return self._routes[budget]
+
+    def anchors(self, spec: str) -> list[int]:
+        """Cache indices validated every evaluation round: listed, or evenly spaced."""
+        if spec:
+            indices = sorted({int(p) for p in spec.split(",")})
+            if indices[-1] >= len(self.cache):
+                raise ConfigError(
+                    f"run config 'anchor-variants' = {spec!r}: the cache has only "
+                    f"{len(self.cache)} variants (indices 0..{len(self.cache) - 1})"
+                )
+            return indices
+        count_ = min(DEFAULT_ANCHORS, len(self.cache))
+        return sorted({round(float(x)) for x in np.linspace(0, len(self.cache) - 1, count_)})
+
+
+@lru_cache(maxsize=4)
+def _space(supernet: str, cache: str, info: DatasetInfo) -> ModelSpace:
+    config = load_supernet(
+        supernet,
+        in_channels=info.channels,
+        image_size=info.image_size,
+        num_classes=info.num_classes,
+    )
+    variants = load_cache(cache, config=config)
+    return ModelSpace(config, variants, count(config, config.max_arch()).params)
+
+
+def model_space(cfg: RunConfig, info: DatasetInfo) -> ModelSpace:
+    """The FEAST model space of a run; ConfigError if its budgets cannot afford the cache."""
+    space = _space(cfg.supernet, cfg.variant_cache, info)
+    if cfg.budget_min < space.cache.min_macs:
+        raise ConfigError(
+            f"run config 'budget-min' = {cfg.budget_min:,.0f} MACs is below the smallest variant "
+            f"of cache '{cfg.variant_cache}' ({space.cache.min_macs:,} MACs on {info.name}): "
+            f"no client could train anything; set budget-min >= {space.cache.min_macs}"
+        )
+    space.anchors(cfg.anchor_variants)
+    return space
