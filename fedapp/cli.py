@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedapp.device_profile import PROFILE_HELP
+from fedapp.device_profile import add_arguments as add_profile_arguments
+from fedapp.device_profile import profile as profile_device
 from fedapp.models.arch import SupernetConfig, load_supernet, parse_arch
 from fedapp.models.cache import (
     CACHES_DIR,
@@ -357,6 +360,11 @@ def cache_import_command(args: argparse.Namespace) -> Output:
 
 
 # ---- entry point --------------------------------------------------------------------------------
+
+
+@command("profile", help=PROFILE_HELP, configure=add_profile_arguments)
+def _profile(args: argparse.Namespace) -> Output:
+    return Output(*profile_device(args))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,6 @@ monotone in the measured speed. Pass the result to the SuperNode as ``--node-con
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -183,17 +182,3 @@ def profile(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         ]
     )
     return data, text
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m fedapp.device_profile``: the same as ``fedapp profile``."""
-    parser = argparse.ArgumentParser(prog="fedapp profile", description=PROFILE_HELP)
-    add_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
-    data, text = profile(args)
-    print(json.dumps(data, indent=2) if args.json else text)
-
-
-if __name__ == "__main__":
-    main()

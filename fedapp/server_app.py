@@ -44,6 +44,7 @@ def main(grid: Grid, context: Context) -> None:
 
 def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """The whole run; returns the summary it also writes to summary.json."""
+    started = time.perf_counter()
     run_dir = RunRecorder.run_dir_for(
         cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
     )
@@ -67,12 +68,14 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     )
     strategy.summary()
 
-    started = time.perf_counter()
+    setup_seconds = time.perf_counter() - started
     for server_round in range(first_round, cfg.num_server_rounds + 1):
         round_start = time.perf_counter()
         state, row = _train_round(grid, strategy, server_round, state)
         if server_round % cfg.eval_every == 0 or server_round == cfg.num_server_rounds:
+            evaluation_start = time.perf_counter()
             row |= strategy.validation_metrics(state, validation)
+            row["seconds-evaluate"] = time.perf_counter() - evaluation_start
             if row[SELECTION_KEY] > best[SELECTION_KEY]:
                 best = {"round": server_round, SELECTION_KEY: row[SELECTION_KEY]}
                 recorder.save_state(BEST_MODEL_FILE, state)
@@ -83,6 +86,9 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
 
     recorder.save_state(FINAL_MODEL_FILE, state)
     best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
+    final_start = time.perf_counter()
+    report = strategy.test_summary(best_state, server_set(cfg, "test"), run_dir)
+    timing = _timing(recorder.rows, setup_seconds, time.perf_counter() - final_start)
     summary = {
         "strategy": cfg.strategy,
         "dataset": cfg.dataset,
@@ -91,12 +97,14 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         "best_round": best["round"],
         "best_val_accuracy": best[SELECTION_KEY],
         "wall_seconds": time.perf_counter() - started,
+        "timing": timing,
         "nodes": len(nodes.profiles),
         "run_dir": str(run_dir),
-    } | strategy.test_summary(best_state, server_set(cfg, "test"), run_dir)
+    } | report
     recorder.write_json(SUMMARY_FILE, summary)
-    plot_rounds(run_dir / ROUNDS_PLOT_FILE, recorder.rows, SELECTION_KEY,
-                f"{cfg.strategy} on {cfg.dataset}")
+    plot_rounds(
+        run_dir / ROUNDS_PLOT_FILE, recorder.rows, SELECTION_KEY, f"{cfg.strategy} on {cfg.dataset}"
+    )
     log(
         INFO,
         "fedapp: test accuracy %.2f%% (best validation round %d); results in %s",
@@ -127,8 +135,10 @@ def _train_round(
     grid: Grid, strategy: HeterogeneousStrategy, server_round: int, state: State
 ) -> tuple[State, dict[str, Any]]:
     """Send the round's messages, aggregate the replies, describe what happened."""
+    phase_start = time.perf_counter()
     messages = strategy.configure_train(server_round, to_record(state), ConfigRecord(), grid)
     replies = grid.send_and_receive(messages, timeout=strategy.cfg.round_timeout)
+    aggregate_start = time.perf_counter()
     arrays, metrics = strategy.aggregate_train(server_round, replies)
     report = strategy.report
     row: dict[str, Any] = {
@@ -136,10 +146,37 @@ def _train_round(
         "clients-sampled": report.sampled,
         "clients-accepted": report.accepted,
         "clients-dropped": len(report.dropped),
+        "seconds-train-phase": aggregate_start - phase_start,
+        "seconds-aggregate": time.perf_counter() - aggregate_start,
+        "seconds-client-training-sum": report.client_seconds,
     }
     if metrics is not None:
         row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}
     return (from_record(arrays) if arrays is not None else state), row
+
+
+def _timing(rows: list[dict[str, Any]], setup: float, final: float) -> dict[str, float]:
+    """Where the server's wall time went (client training is the sum over clients' own clocks,
+    which overlap when clients run in parallel)."""
+    total = {
+        key: float(sum(r.get(key, 0.0) for r in rows))
+        for key in (
+            "seconds-train-phase",
+            "seconds-aggregate",
+            "seconds-evaluate",
+            "seconds-client-training-sum",
+            "seconds",
+        )
+    }
+    return {
+        "setup_seconds": setup,
+        "rounds_seconds": total["seconds"],
+        "train_phase_seconds": total["seconds-train-phase"],
+        "client_training_seconds_sum": total["seconds-client-training-sum"],
+        "aggregate_seconds": total["seconds-aggregate"],
+        "validation_seconds": total["seconds-evaluate"],
+        "final_evaluation_seconds": final,
+    }
 
 
 def _log_progress(cfg: RunConfig, row: dict[str, Any]) -> None:

@@ -2,22 +2,31 @@
 
 Every process is started in its own session so that stopping it by PID also ends the children it
 spawned (flower-superexec, flwr-serverapp, flwr-clientapp); a leftover process would hold CI's
-output open. Ports are ones the OS reports free on 127.0.0.1.
+output open. Ports are ones the OS reports free on 127.0.0.1. SuperLinks and SuperNodes are
+started through the deployment guide's own scripts (``scripts/deploy``), so the tests also check
+what a person following docs/deployment.md runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import tomllib
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any, ClassVar
 
 BIN_DIR = Path(sys.executable).parent
+REPO_DIR = Path(__file__).resolve().parents[1]
+DEPLOY_SCRIPTS = REPO_DIR / "scripts" / "deploy"
+FLWR = str(BIN_DIR / "flwr")
+RUN_TIMEOUT = 420
 
 
 def free_port() -> int:
@@ -43,28 +52,51 @@ def flower_env(flwr_home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _stat(pid: int) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _alive(pid: int) -> bool:
     """Running and not a zombie."""
     try:
-        return " Z " not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:3] + " "
+        return _stat(pid)[0] != "Z"
     except OSError:
         return False
 
 
-def stop(pid: int, grace: float = 10.0) -> None:
-    """Terminate a process, and its whole group if it leads one; kill it if it does not go."""
-    try:
-        leads_group = os.getpgid(pid) == pid
-    except ProcessLookupError:
-        return
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+def _group_alive(pgid: int) -> bool:
+    """Some process of the group is running (the leader may be gone while children live on)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                fields = _stat(int(proc.name))
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def stop(pid: int, grace: float = 10.0, group: bool | None = None) -> None:
+    """Terminate a process, and its whole group if it leads one (``group``: known to lead one,
+    even if the leader itself has exited); kill what does not go."""
+    if group is None:
         try:
-            (os.killpg if leads_group else os.kill)(pid, sig)
+            group = os.getpgid(pid) == pid
+        except ProcessLookupError:
+            return
+    running = _group_alive if group else _alive
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if not running(pid):
+            return
+        try:
+            (os.killpg if group else os.kill)(pid, sig)
         except ProcessLookupError:
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if not _alive(pid):
+            if not running(pid):
                 return
             time.sleep(0.1)
 
@@ -90,6 +122,7 @@ class Processes:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen] = []
+        self.by_name: dict[str, subprocess.Popen] = {}
         self.patterns: list[str] = []
 
     def start(self, name: str, args: list[str], env: dict[str, str], cwd: Path) -> Path:
@@ -106,7 +139,19 @@ class Processes:
                 start_new_session=True,
             )
         self.procs.append(proc)
+        self.by_name[name] = proc
         return log_path
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a started process and everything in its session, as a power cut would."""
+        proc = self.by_name[name]
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def wait_exit(self, name: str, timeout: float) -> int:
+        """The exit status of a started process that is expected to end by itself."""
+        return self.by_name[name].wait(timeout=timeout)
 
     def adopt(self, pattern: str) -> None:
         """Also stop, at the end, every process whose command line contains ``pattern``: the
@@ -115,7 +160,7 @@ class Processes:
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
-            stop(proc.pid)
+            stop(proc.pid, group=True)  # started in its own session: pid = its group id
             proc.wait(timeout=10)
         for pattern in self.patterns:
             for pid in pids_mentioning(pattern):
@@ -141,3 +186,144 @@ def wait_for_port(port: int, timeout: float, log: Path) -> None:
                 return
         time.sleep(0.2)
     raise TimeoutError(f"nothing listens on port {port}; log:\n{log.read_text()[-3000:]}")
+
+
+def preset_with(directory: Path, preset: str, overrides: Mapping[str, Any], name: str = "") -> Path:
+    """A preset with some keys changed, as ``<directory>/<name or preset>.toml``: flwr run takes
+    a TOML file or key=value pairs, not both."""
+    config = tomllib.loads((REPO_DIR / "conf" / f"{preset}.toml").read_text()) | dict(overrides)
+    path = directory / f"{name or preset}.toml"
+    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    return path
+
+
+def flwr_run_command(args: list[str]) -> list[str]:
+    """``flwr run .`` of this app with streamed logs."""
+    return [FLWR, "run", ".", *args, "--stream"]
+
+
+def flwr_run(args: list[str], env: dict[str, str], log: Path) -> subprocess.CompletedProcess:
+    """Run ``flwr run .`` to completion, output to ``log``."""
+    with log.open("w") as out:
+        return subprocess.run(
+            flwr_run_command(args),
+            cwd=REPO_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+
+
+def script(name: str, *args: str, env: dict[str, str], cwd: Path) -> str:
+    """Run one of the deployment scripts to completion; its output, or an error showing it."""
+    result = subprocess.run(
+        [str(DEPLOY_SCRIPTS / name), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout}{result.stderr}"
+    return result.stdout
+
+
+class Federation:
+    """A SuperLink and its SuperNodes on 127.0.0.1, started with the deployment scripts.
+
+    ``env`` is the environment of the person who runs ``flwr`` (its own FLWR_HOME with a
+    connection named ``deploy``); each server and device process gets its own FLWR_HOME too.
+    """
+
+    #: Several SuperNodes share this machine's cores: one torch thread per process avoids
+    #: oversubscription (it tripled round times on 2 cores), and a short SuperExec poll starts
+    #: each ClientApp sooner. Both are documented in docs/deployment.md.
+    TEST_ENV: ClassVar[dict[str, str]] = {
+        "OMP_NUM_THREADS": "1",
+        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
+    }
+
+    def __init__(
+        self,
+        procs: Processes,
+        root: Path,
+        base_env: Mapping[str, str] = TEST_ENV,
+        **extra_env: str,
+    ) -> None:
+        self.procs = procs
+        self.root = root
+        self.port = free_port()
+        self.extra_env = dict(base_env) | extra_env
+        self.env = flower_env(root / "flwr-home", **extra_env)
+
+    def process_env(self, name: str) -> dict[str, str]:
+        return flower_env(self.root / f"{name}-home", **self.extra_env)
+
+    def connect(self, security: str = "--insecure") -> None:
+        """Add the ``deploy`` connection (``security``: a CA certificate or ``--insecure``)."""
+        script(
+            "add-connection.sh",
+            "deploy",
+            f"127.0.0.1:{self.port}",
+            security,
+            env=self.env,
+            cwd=self.root,
+        )
+
+    def start_superlink(self, *flags: str, name: str = "superlink") -> Path:
+        """start-superlink.sh on this federation's port; returns its log once it listens."""
+        log = self.procs.start(
+            name,
+            [
+                str(DEPLOY_SCRIPTS / "start-superlink.sh"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *flags,
+            ],
+            self.process_env("superlink"),
+            self.root,
+        )
+        wait_for_port(self.port, 30, log)
+        return log
+
+    def start_supernode(
+        self, name: str, partition_id: int, num_partitions: int, *flags: str
+    ) -> Path:
+        """start-supernode.sh for one device; returns its log."""
+        return self.procs.start(
+            name,
+            [
+                str(DEPLOY_SCRIPTS / "start-supernode.sh"),
+                "--superlink",
+                f"127.0.0.1:{self.port}",
+                "--partition-id",
+                str(partition_id),
+                "--num-partitions",
+                str(num_partitions),
+                "--port",
+                str(free_port()),
+                *flags,
+            ],
+            self.process_env(name),
+            self.root,
+        )
+
+
+def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
+    """The rows of a run's metrics.jsonl."""
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def wait_for_file(path: Path, timeout: float, log: Path) -> None:
+    """Wait until ``path`` exists; fail with the log's tail otherwise."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear; log:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)

@@ -5,38 +5,17 @@ including the local SuperLink that `flwr run` leaves running, also when it fails
 from __future__ import annotations
 
 import json
-import subprocess
-import tomllib
 from pathlib import Path
-from typing import Any
 
-from local_grid import APP_DIR
-from processes import BIN_DIR, flower_env, free_port, managed_processes, wait_for_port
-
-FLWR = str(BIN_DIR / "flwr")
-RUN_TIMEOUT = 420
-
-
-def _flwr_run(args: list[str], env: dict[str, str], log: Path) -> subprocess.CompletedProcess:
-    with log.open("w") as out:
-        return subprocess.run(
-            [FLWR, "run", ".", *args, "--stream"],
-            cwd=APP_DIR,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            timeout=RUN_TIMEOUT,
-            check=False,
-        )
-
-
-def _preset_with(tmp_path: Path, preset: str, overrides: dict[str, Any]) -> Path:
-    """A preset with some keys changed: flwr run takes a TOML file or key=value pairs, not both."""
-    config = tomllib.loads((APP_DIR / "conf" / f"{preset}.toml").read_text()) | overrides
-    path = tmp_path / f"{preset}.toml"
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-    return path
+from processes import (
+    BIN_DIR,
+    flower_env,
+    flwr_run,
+    free_port,
+    managed_processes,
+    preset_with,
+    wait_for_port,
+)
 
 
 def _read_results(run_dir: Path, rounds: int, log: Path) -> dict:
@@ -60,12 +39,12 @@ def test_flwr_run_simulation(tmp_path: Path) -> None:
     with managed_processes(tmp_path) as procs:
         procs.adopt(f"--port {http_port}")  # the local SuperLink that flwr run starts
         procs.adopt(f"127.0.0.1:{http_port}")  # and its SuperExec
-        preset = _preset_with(
+        preset = preset_with(
             tmp_path,
             "fedavg-digits",
             {"num-server-rounds": 2, "out-dir": str(out), "run-name": "sim"},
         )
-        result = _flwr_run(
+        result = flwr_run(
             [
                 "--federation-config",
                 "num-supernodes=4 client-resources-num-cpus=1",
@@ -126,12 +105,12 @@ def test_deployment_superlink_and_two_supernodes(tmp_path: Path) -> None:
                 tmp_path,
             )
         log = tmp_path / "flwr-run.log"
-        preset = _preset_with(
+        preset = preset_with(
             tmp_path,
             "fedavg-digits",
             {"num-clients": 2, "num-server-rounds": 2, "out-dir": str(out), "run-name": "deploy"},
         )
-        result = _flwr_run(["deploy", "--run-config", str(preset)], env, log)
+        result = flwr_run(["deploy", "--run-config", str(preset)], env, log)
         assert result.returncode == 0, log.read_text()[-4000:]
         summary = _read_results(out / "deploy", rounds=2, log=log)
     assert summary["nodes"] == 2

@@ -56,6 +56,9 @@ def test_fedavg_runs_and_writes_every_output(tmp_path) -> None:
     assert all(r["clients-sampled"] == 2 and r["clients-accepted"] == 2 for r in rows)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert 0.0 <= summary["test_accuracy"] <= 1.0 and summary["nodes"] == 4
+    timing = summary["timing"]
+    assert timing["client_training_seconds_sum"] > 0 and timing["train_phase_seconds"] > 0
+    assert timing["rounds_seconds"] <= summary["wall_seconds"]
     assert json.loads((run_dir / "config.json").read_text())["dataset"] == "digits"
     # one QUERY per node, then 2 TRAIN messages per round
     types = [m.metadata.message_type for m in grid.sent]

@@ -41,6 +41,7 @@ class RoundReport:
     sampled: int = 0
     replied: int = 0
     accepted: int = 0
+    client_seconds: float = 0.0  # sum of the accepted clients' own training time
     dropped: dict[int, str] = field(default_factory=dict)  # node id -> reason
 
 
@@ -89,8 +90,10 @@ class HeterogeneousStrategy(Strategy):
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         """Per-node training settings decided by the server (the rest comes from the run config)."""
-        return {"server-round": server_round,
-                "learning-rate": scheduled_learning_rate(self.cfg, server_round)}
+        return {
+            "server-round": server_round,
+            "learning-rate": scheduled_learning_rate(self.cfg, server_round),
+        }
 
     def eligible(self, profile: NodeProfile) -> bool:
         """Whether a node can take part at all (e.g. its budget affords some model)."""
@@ -174,6 +177,9 @@ class HeterogeneousStrategy(Strategy):
         for node_id in self._expected:
             self.report.dropped[node_id] = "no reply before the round timeout"
         self.report.accepted = len(valid)
+        self.report.client_seconds = float(
+            sum(float(r.metrics.get("train-seconds", 0.0)) for r in valid)
+        )
         if not valid:
             log(WARNING, "round %d: no valid reply; the global state is unchanged", server_round)
             return None, None

@@ -1,0 +1,176 @@
+"""Faults a real edge federation meets, and what the run must do about them.
+
+- a SuperNode killed mid-round (real processes): the round completes with the other node once
+  ``round-timeout`` expires, and the run finishes;
+- nodes that return malformed or non-finite arrays (in-process Grid, reply hooks): their replies
+  are dropped and logged, and the global model stays finite through a whole run;
+- the server killed mid-run (real processes): relaunching with ``resume = true`` and the same
+  ``run-name`` continues from the last checkpoint, metrics continuous, no round lost or repeated.
+
+Flower 1.42 notices a vanished SuperNode only through heartbeats (every 30 s, two missed: up to
+60 s), after which its pending messages come back as NODE_UNAVAILABLE errors. ``round-timeout``
+bounds the wait before that; the test sets it to a few times a normal round here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import Array, Message
+from local_grid import LocalGrid, run_config, server_context
+from processes import (
+    REPO_DIR,
+    Federation,
+    flwr_run,
+    flwr_run_command,
+    managed_processes,
+    preset_with,
+    read_rounds,
+    wait_for_file,
+)
+
+from fedapp.client_app import app as client_app
+from fedapp.server_app import app as server_app
+
+#: A normal deployment round takes about 10 s here (2 SuperNodes on 2 cores).
+ROUND_TIMEOUT = 25.0
+
+
+def _digits(out: Path, run_name: str, rounds: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "num-clients": 2,
+        "num-server-rounds": rounds,
+        "out-dir": str(out),
+        "run-name": run_name,
+        "round-timeout": ROUND_TIMEOUT,
+    } | extra
+
+
+def _wait_for_text(log: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and text in log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, f"{text!r} not in {log}"
+        time.sleep(0.1)
+
+
+def test_node_killed_mid_round_round_completes_and_run_finishes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with managed_processes(tmp_path) as procs:
+        fed = Federation(procs, tmp_path)
+        fed.connect()
+        fed.start_superlink("--insecure")
+        fed.start_supernode("sn0", 0, 2, "--insecure")
+        victim_log = fed.start_supernode("sn1", 1, 2, "--insecure")
+        preset = preset_with(tmp_path, "fedavg-digits", _digits(out, "kill-node", rounds=2))
+        run_log = procs.start(
+            "flwr-run",
+            flwr_run_command(["deploy", "--run-config", str(preset)]),
+            fed.env,
+            REPO_DIR,
+        )
+        _wait_for_text(victim_log, "Receiving: train message", timeout=120)
+        procs.kill("sn1")  # the device loses power while training round 1
+        assert procs.wait_exit("flwr-run", timeout=240) == 0, run_log.read_text()[-4000:]
+
+    rows = read_rounds(out / "kill-node")
+    assert [r["round"] for r in rows] == [1, 2], run_log.read_text()[-4000:]
+    assert rows[0]["clients-sampled"] == 2 and rows[0]["clients-accepted"] == 1
+    assert rows[0]["clients-dropped"] == 1
+    assert rows[0]["seconds"] < ROUND_TIMEOUT + 20  # ended by the timeout, not by heartbeats
+    assert rows[1]["clients-accepted"] == 1
+    summary = json.loads((out / "kill-node" / "summary.json").read_text())
+    assert summary["test_accuracy"] > 0.5
+    assert "round 1/2 | clients 1/2" in run_log.read_text()
+
+
+def _inf_weights(index: int, reply: Message) -> Message:
+    arrays = reply.content["arrays"]
+    name = next(k for k, v in arrays.items() if len(v.shape) == 4)
+    bad = arrays[name].numpy().copy()
+    bad[0] = np.inf
+    arrays[name] = Array(bad)
+    return reply
+
+
+def _nan_loss(index: int, reply: Message) -> Message:
+    reply.content["metrics"]["train-loss"] = float("nan")
+    return reply
+
+
+def _renamed_layer(index: int, reply: Message) -> Message:
+    arrays = reply.content["arrays"]
+    name = next(iter(arrays))
+    arrays["not-a-layer"] = Array(arrays[name].numpy())
+    del arrays[name]
+    return reply
+
+
+def test_bad_replies_are_dropped_and_logged_and_the_model_stays_finite(tmp_path, caplog) -> None:
+    """Three of five nodes misbehave every round of a whole run through the ServerApp."""
+    config = run_config(
+        dataset="digits",
+        num_clients=5,
+        fraction_train=1.0,
+        num_server_rounds=2,
+        validation_size=200,
+        test_size=300,
+        calibration_size=50,
+        batch_size=16,
+        out_dir=str(tmp_path),
+        run_name="run",
+    )
+    hooks = {1: _inf_weights, 2: _nan_loss, 3: _renamed_layer}
+    grid = LocalGrid(client_app, config, num_nodes=5, reply_hooks=hooks)
+    server_app(grid=grid, context=server_context(config))
+
+    rows = read_rounds(tmp_path / "run")
+    assert [(r["clients-accepted"], r["clients-dropped"]) for r in rows] == [(2, 3), (2, 3)]
+    for reason in ("non-finite values", "metric train-loss is not finite", "wrong keys"):
+        assert caplog.text.count(reason) == 2, reason  # once per round
+    assert caplog.text.count("dropped reply of node") == 6
+    for name in ("model_final.pt", "model_best.pt", "checkpoint.pt"):
+        saved = torch.load(tmp_path / "run" / name, weights_only=True)
+        state = saved.get("state", saved)
+        assert all(torch.isfinite(v.double()).all() for v in state.values()), name
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert np.isfinite(summary["test_loss"]) and summary["test_accuracy"] > 0.5
+
+
+def test_server_killed_mid_run_resumes_without_lost_or_repeated_rounds(tmp_path: Path) -> None:
+    out, rounds = tmp_path / "out", 3
+    run_dir = out / "crash"
+    database = str(tmp_path / "superlink.db")
+    with managed_processes(tmp_path) as procs:
+        fed = Federation(procs, tmp_path)
+        fed.connect()
+        fed.start_superlink("--insecure", "--database", database)
+        for partition_id in (0, 1):
+            fed.start_supernode(f"sn{partition_id}", partition_id, 2, "--insecure")
+        first = preset_with(tmp_path, "fedavg-digits", _digits(out, "crash", rounds), name="a")
+        run_log = procs.start(
+            "flwr-run", flwr_run_command(["deploy", "--run-config", str(first)]), fed.env, REPO_DIR
+        )
+        wait_for_file(run_dir / "checkpoint.pt", timeout=180, log=run_log)
+        procs.kill("superlink")  # SuperLink, SuperExec and ServerApp die at once
+        done = torch.load(run_dir / "checkpoint.pt", weights_only=True)["round"]
+        assert 1 <= done < rounds
+        procs.wait_exit("flwr-run", timeout=60)  # the CLI loses its stream and gives up
+
+        fed.start_superlink("--insecure", "--database", database, name="superlink-restarted")
+        resumed = preset_with(
+            tmp_path, "fedavg-digits", _digits(out, "crash", rounds, resume=True), name="b"
+        )
+        log = tmp_path / "flwr-run-resumed.log"
+        result = flwr_run(["deploy", "--run-config", str(resumed)], fed.env, log)
+        assert result.returncode == 0, log.read_text()[-4000:]
+
+    assert (run_dir / "summary.json").exists(), log.read_text()[-4000:]
+    assert [r["round"] for r in read_rounds(run_dir)] == list(range(1, rounds + 1))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from_round"] == done and summary["nodes"] == 2
+    assert f"resuming {run_dir} after round {done}" in log.read_text()
