@@ -7,6 +7,7 @@ a node misbehave (return a corrupted reply or none at all) the way a faulty devi
 
 from __future__ import annotations
 
+import tomllib
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,6 +34,12 @@ def run_config(**overrides: Any) -> dict[str, Any]:
     return get_fused_config_from_dir(
         APP_DIR, {k.replace("_", "-"): v for k, v in overrides.items()}
     )
+
+
+def preset_overrides(preset: str) -> dict[str, Any]:
+    """A shipped preset (``conf/<preset>.toml``) as python_name overrides for ``run_config``."""
+    values = tomllib.loads((APP_DIR / "conf" / f"{preset}.toml").read_text())
+    return {k.replace("-", "_"): v for k, v in values.items()}
 
 
 def server_context(config: dict[str, Any]) -> Context:

@@ -19,7 +19,7 @@ def test_every_field_has_a_pyproject_default_and_nothing_else() -> None:
 
 def test_defaults_parse() -> None:
     cfg = parse_run_config(run_config())
-    assert cfg.strategy == "fedavg" and cfg.dataset == "mnist-5k"
+    assert cfg.strategy == "feast" and cfg.dataset == "mnist-5k"
     assert cfg.cohort_size == max(cfg.min_train_clients, int(cfg.fraction_train * cfg.num_clients))
     assert cfg.resolved_out_dir().is_absolute()
 

@@ -242,7 +242,15 @@ def test_hub_sets_unavailable_offline(tmp_path: Path) -> None:
     Runs in a fresh interpreter so the HF offline switches are read at import time and the
     test can never wait on the network.
     """
-    hub_sets = ["cifar10", "cifar100", "mnist", "fashion-mnist", "emnist"]
+    hub_sets = [
+        "cifar10",
+        "cifar100",
+        "cinic10",
+        "tinyimagenet",
+        "mnist",
+        "fashion-mnist",
+        "emnist",
+    ]
     env = os.environ | {
         "HF_DATASETS_OFFLINE": "1",
         "HF_HUB_OFFLINE": "1",

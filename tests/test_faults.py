@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 from flwr.app import Array, Message
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import LocalGrid, preset_overrides, run_config, server_context
 from processes import (
     REPO_DIR,
     Federation,
@@ -113,7 +113,7 @@ def _renamed_layer(index: int, reply: Message) -> Message:
 def test_bad_replies_are_dropped_and_logged_and_the_model_stays_finite(tmp_path, caplog) -> None:
     """Three of five nodes misbehave every round of a whole run through the ServerApp."""
     config = run_config(
-        dataset="digits",
+        **preset_overrides("fedavg-digits"),
         num_clients=5,
         fraction_train=1.0,
         num_server_rounds=2,

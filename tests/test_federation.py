@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Array, MessageType
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import LocalGrid, preset_overrides, run_config, server_context
 
 from fedapp.client_app import app as client_app
 from fedapp.config import parse_run_config
@@ -22,14 +22,7 @@ from fedapp.server_app import app as server_app
 from fedapp.server_app import run_experiment
 from fedapp.strategies.replies import spec_of
 
-FAST = {
-    "dataset": "digits",
-    "num_server_rounds": 2,
-    "validation_size": 200,
-    "test_size": 300,
-    "calibration_size": 50,
-    "batch_size": 16,
-}
+FAST = preset_overrides("fedavg-digits") | {"num_server_rounds": 2}
 
 
 def _config(tmp_path, **overrides: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import LocalGrid, preset_overrides, run_config, server_context
 from PIL import Image
 
 from fedapp.client_app import app as client_app
@@ -22,8 +22,7 @@ from fedapp.federated_data import client_shard, use_local_data
 from fedapp.profiles import NodeRegistry, node_partition
 from fedapp.server_app import app as server_app
 
-FAST = {
-    "dataset": "digits",
+FAST = preset_overrides("fedavg-digits") | {
     "num_clients": 3,
     "fraction_train": 1.0,
     "num_server_rounds": 1,

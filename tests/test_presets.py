@@ -13,7 +13,14 @@ PRESETS = sorted((APP_DIR / "conf").glob("*.toml"))
 
 
 def test_there_are_presets() -> None:
-    assert {p.stem for p in PRESETS} >= {"fedavg-mnist5k", "fedavg-digits"}
+    assert {p.stem for p in PRESETS} >= {"quickstart", "fedavg-mnist5k", "fedavg-digits"}
+
+
+def test_the_defaults_are_the_quickstart() -> None:
+    quickstart = tomllib.loads((APP_DIR / "conf" / "quickstart.toml").read_text())
+    assert parse_run_config(run_config()).as_run_config() | quickstart == (
+        parse_run_config(run_config()).as_run_config()
+    )
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
@@ -21,3 +28,21 @@ def test_preset_is_valid(preset) -> None:
     overrides = tomllib.loads(preset.read_text())
     cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in overrides.items()}))
     assert cfg.as_run_config() | overrides == cfg.as_run_config()
+
+
+#: classes, channels, image size of the GPU presets' data sets (not downloadable here)
+HUB_SHAPES = {"cifar100": (100, 3, 32), "cinic10": (10, 3, 32), "tinyimagenet": (200, 3, 64)}
+
+
+@pytest.mark.parametrize("name", ["feast-cifar100", "feast-cinic10", "feast-tinyimagenet"])
+def test_gpu_feast_presets_afford_their_cache(name) -> None:
+    from fedapp.data.registry import DatasetInfo
+    from fedapp.feast_space import model_space
+
+    overrides = tomllib.loads((APP_DIR / "conf" / f"{name}.toml").read_text())
+    cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in overrides.items()}))
+    classes, channels, size = HUB_SHAPES[cfg.dataset]
+    info = DatasetInfo(cfg.dataset, classes, channels, size, (0.5,) * 3, (0.25,) * 3, "cifar", True)
+    space = model_space(cfg, info)
+    assert len(space.cache) == 56 and space.cache.min_macs == cfg.budget_min
+    assert space.anchors(cfg.anchor_variants) == [0, 3, 22, 38, 55]

@@ -34,6 +34,8 @@ DATASET_NAMES: tuple[str, ...] = (
     "digits",
     "cifar10",
     "cifar100",
+    "cinic10",
+    "tinyimagenet",
     "mnist",
     "fashion-mnist",
     "emnist",
@@ -97,6 +99,7 @@ class _HubSpec:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augmentation: str
+    test_split: str = "test"  # TinyImageNet's labelled held-out split is "valid"
 
 
 _HUB_SETS: dict[str, _HubSpec] = {
@@ -115,6 +118,26 @@ _HUB_SETS: dict[str, _HubSpec] = {
         (0.5071, 0.4865, 0.4409),
         (0.2673, 0.2564, 0.2762),
         "cifar",
+    ),
+    # CINIC-10: 90k train / 90k validation / 90k test at 32x32; FEAST uses the validation
+    # directory for calibration and checkpoint selection (not loaded here: the train split is).
+    "cinic10": _HubSpec(
+        "flwrlabs/cinic10",
+        "image",
+        "label",
+        (0.47889522, 0.47227842, 0.43047404),
+        (0.24205776, 0.23828046, 0.25874835),
+        "cifar",
+    ),
+    # TinyImageNet: 200 classes at 64x64; its labelled "valid" split is the test set.
+    "tinyimagenet": _HubSpec(
+        "zh-plus/tiny-imagenet",
+        "image",
+        "label",
+        (0.4802, 0.4481, 0.3975),
+        (0.2770, 0.2691, 0.2821),
+        "cifar",
+        test_split="valid",
     ),
     "mnist": _HubSpec("ylecun/mnist", "image", "label", (0.1307,), (0.3081,), "none"),
     "fashion-mnist": _HubSpec(
@@ -219,8 +242,8 @@ def _load_hub(name: str, data_dir: str) -> LoadedDataset:
         raise _unavailable(name, f"Hugging Face {spec.hub_id}", how, error) from error
     num_classes = splits["train"].features[spec.label_column].num_classes
     train, test = (
-        _hf_split_to_arrays(splits[split], spec.image_column, spec.label_column)
-        for split in ("train", "test")
+        _hf_split_to_arrays(splits[split], spec.image_column, spec.label_column, len(spec.mean))
+        for split in ("train", spec.test_split)
     )
     channels, size = train.images.shape[1], train.images.shape[2]
     info = DatasetInfo(
@@ -230,10 +253,16 @@ def _load_hub(name: str, data_dir: str) -> LoadedDataset:
 
 
 def _hf_split_to_arrays(
-    split: datasets.Dataset, image_column: str, label_column: str
+    split: datasets.Dataset, image_column: str, label_column: str, channels: int
 ) -> ImageArrays:
-    """Convert a Hugging Face split with an Image column into uint8 NCHW arrays."""
-    batch = split.select_columns([image_column, label_column]).with_format("numpy")[:]
+    """Convert a Hugging Face split with an Image column into uint8 NCHW arrays; colour sets
+    are decoded as RGB so that their few grayscale images (TinyImageNet has some) fit."""
+    import datasets
+
+    columns = split.select_columns([image_column, label_column])
+    if channels == 3:
+        columns = columns.cast_column(image_column, datasets.Image(mode="RGB"))
+    batch = columns.with_format("numpy")[:]
     images = _to_nchw(np.asarray(batch[image_column]), "the Hugging Face split")
     return ImageArrays(images, np.asarray(batch[label_column], dtype=np.int64))
 
