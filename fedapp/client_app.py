@@ -9,7 +9,7 @@ from flwr.common.constant import ErrorCode
 from fedapp.clients.registry import client_trainer
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetUnavailableError
-from fedapp.profiles import PROFILE_KEY, local_profile, node_partition
+from fedapp.profiles import PROFILE_KEY, local_node, local_profile
 
 app = ClientApp()
 
@@ -42,8 +42,8 @@ def train(message: Message, context: Context) -> Message:
     """One round of the configured method's local training."""
     try:
         cfg = _config(context)
-        partition_id, _ = node_partition(context.node_config, cfg)
+        node = local_node(context.node_config, cfg)
     except USER_ERRORS as err:
         return _refuse(message, err)
-    content = client_trainer(cfg.strategy)(message, cfg, partition_id)
+    content = client_trainer(cfg.strategy)(message, cfg, node)
     return Message(content, reply_to=message)

@@ -4,9 +4,8 @@ Server and clients each compute this from the run config alone (seeded), so they
 exchanging data; the result is cached per process because Ray actors serve many messages.
 
 A real device may instead train on its own files (node config ``data-path``: an ``.npz`` file or
-an image folder in the formats of the ``npz``/``folder`` data sets). The node's entry points
-register that path with :func:`use_local_data`, so :func:`client_shard`, which every trainer
-calls, returns the device's data without the trainers knowing about node config.
+an image folder in the formats of the ``npz``/``folder`` data sets): :func:`client_shard` then
+returns those, checked against the run's data set.
 """
 
 from __future__ import annotations
@@ -81,22 +80,10 @@ def _split(cfg: RunConfig, dataset: LoadedDataset) -> Population:
     return Population(dataset=dataset, splits=splits, shards=shards)
 
 
-#: Partition id -> the device's own training data (node config ``data-path``), in this process.
-_LOCAL_DATA: dict[int, str] = {}
-
-
-def use_local_data(partition_id: int, data_path: str | None) -> None:
-    """Serve ``client_shard(cfg, partition_id)`` from ``data_path`` (None: the seeded shard)."""
-    if data_path is None:
-        _LOCAL_DATA.pop(partition_id, None)
-    else:
-        _LOCAL_DATA[partition_id] = data_path
-
-
-def client_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
+def client_shard(cfg: RunConfig, partition_id: int, data_path: str | None = None) -> ImageArrays:
     """The training examples of one client: its own files if it has any, else its shard."""
-    if partition_id in _LOCAL_DATA:
-        return local_data(cfg, _LOCAL_DATA[partition_id])
+    if data_path is not None:
+        return local_data(cfg, data_path)
     pop = population(cfg)
     return _take(pop.dataset.train, pop.shards[partition_id])
 

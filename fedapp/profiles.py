@@ -24,7 +24,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.config import ConfigError, RunConfig
-from fedapp.federated_data import client_budgets, client_shard, use_local_data
+from fedapp.data.registry import ImageArrays
+from fedapp.federated_data import client_budgets, client_shard
 
 PROFILE_KEY = "profile"
 
@@ -41,28 +42,37 @@ class NodeProfile:
     device: str
 
 
+@dataclass(frozen=True)
+class LocalNode:
+    """What a node's own config says about it (client side): its partition and its data."""
+
+    partition_id: int
+    num_partitions: int
+    data_path: str | None  # the device's own training files, or None for the seeded shard
+
+    def shard(self, cfg: RunConfig) -> ImageArrays:
+        """This node's training examples."""
+        return client_shard(cfg, self.partition_id, self.data_path)
+
+
 def local_profile(context: Context, cfg: RunConfig) -> ConfigRecord:
     """The profile this node reports (client side); ConfigError if its node config is unusable."""
-    partition_id, num_partitions = node_partition(context.node_config, cfg)
-    budget = node_budget(context.node_config, cfg, partition_id)
+    node = local_node(context.node_config, cfg)
+    budget = node_budget(context.node_config, cfg, node.partition_id)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return ConfigRecord(
         {
-            "partition-id": partition_id,
-            "num-partitions": num_partitions,
-            "num-examples": len(client_shard(cfg, partition_id).labels),
+            "partition-id": node.partition_id,
+            "num-partitions": node.num_partitions,
+            "num-examples": len(node.shard(cfg).labels),
             "budget": budget,
             "device": f"{platform.machine()}/{device}",
         }
     )
 
 
-def node_partition(node_config: Mapping[str, Any], cfg: RunConfig) -> tuple[int, int]:
-    """Partition id and count from the node config, checked against the run's population.
-
-    Also points ``client_shard`` for this partition at the node's own ``data-path``, if any: every
-    message handler calls this first, so all trainers see the same data as the handshake.
-    """
+def local_node(node_config: Mapping[str, Any], cfg: RunConfig) -> LocalNode:
+    """Partition id and count (checked against the run's population) and the device's own data."""
     try:
         partition_id = int(node_config["partition-id"])
         num_partitions = int(node_config["num-partitions"])
@@ -82,8 +92,7 @@ def node_partition(node_config: Mapping[str, Any], cfg: RunConfig) -> tuple[int,
         raise ConfigError(
             f"node config 'partition-id' = {partition_id} is outside 0..{num_partitions - 1}"
         )
-    use_local_data(partition_id, node_data_path(node_config))
-    return partition_id, num_partitions
+    return LocalNode(partition_id, num_partitions, node_data_path(node_config))
 
 
 def node_data_path(node_config: Mapping[str, Any]) -> str | None:

@@ -113,16 +113,14 @@ def _renamed_layer(index: int, reply: Message) -> Message:
 def test_bad_replies_are_dropped_and_logged_and_the_model_stays_finite(tmp_path, caplog) -> None:
     """Three of five nodes misbehave every round of a whole run through the ServerApp."""
     config = run_config(
-        **preset_overrides("fedavg-digits"),
-        num_clients=5,
-        fraction_train=1.0,
-        num_server_rounds=2,
-        validation_size=200,
-        test_size=300,
-        calibration_size=50,
-        batch_size=16,
-        out_dir=str(tmp_path),
-        run_name="run",
+        **preset_overrides("fedavg-digits")
+        | {
+            "num_clients": 5,
+            "fraction_train": 1.0,
+            "num_server_rounds": 2,
+            "out_dir": str(tmp_path),
+            "run_name": "run",
+        }
     )
     hooks = {1: _inf_weights, 2: _nan_loss, 3: _renamed_layer}
     grid = LocalGrid(client_app, config, num_nodes=5, reply_hooks=hooks)

@@ -193,14 +193,14 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
         assert summary["comm"][key] > 0
     assert {"r_min", "min_coverage"} <= set(summary["exposure"])
     files = {p.name for p in (tmp_path / "feast").iterdir()}
-    assert {"variants.csv", "population.csv", "accuracy_vs_macs.png", "summary.json"} <= files
+    assert {"variants.csv", "population.csv", "communication.csv", "accuracy_vs_macs.png"} <= files
     assert json.loads((tmp_path / "feast" / "summary.json").read_text())["strategy"] == "feast"
 
 
 def test_accounting_on_a_hand_checkable_population() -> None:
     ledger = CommunicationLedger(full_params=100)
     for partition, params in ((0, 10), (1, 50), (0, 10), (2, 100)):
-        ledger.add(partition, params, bytes_down=4 * params, bytes_up=4 * params)
+        ledger.add(1, partition, params, bytes_down=4 * params, bytes_up=4 * params)
     out = ledger.summary({0: 10, 1: 50, 2: 100})
     assert out["mean_params_per_client_round"] == 42.5
     assert out["aggregate_reduction"] == pytest.approx(400 / 170)

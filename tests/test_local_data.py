@@ -7,7 +7,6 @@ some classes); the real ServerApp and ClientApp run over the in-process Grid.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +17,8 @@ from PIL import Image
 from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import ImageArrays, load_dataset
-from fedapp.federated_data import client_shard, use_local_data
-from fedapp.profiles import NodeRegistry, node_partition
+from fedapp.federated_data import client_shard
+from fedapp.profiles import NodeRegistry, local_node
 from fedapp.server_app import app as server_app
 
 FAST = preset_overrides("fedavg-digits") | {
@@ -31,14 +30,6 @@ FAST = preset_overrides("fedavg-digits") | {
     "calibration_size": 50,
     "batch_size": 16,
 }
-
-
-@pytest.fixture(autouse=True)
-def _forget_local_data() -> Iterator[None]:
-    """Nodes of every test share this process: do not leak one test's device data."""
-    yield
-    for partition_id in range(FAST["num_clients"]):
-        use_local_data(partition_id, None)
 
 
 def _device_digits(classes: tuple[int, ...], per_class: int) -> ImageArrays:
@@ -91,8 +82,7 @@ def test_image_folder_classes_are_the_runs_labels(tmp_path) -> None:
     own = _device_digits((2, 9), per_class=10)
     root = _write_folder(tmp_path / "photos", own)
     cfg = parse_run_config(run_config(**FAST))
-    use_local_data(0, str(root))
-    data = client_shard(cfg, 0)
+    data = client_shard(cfg, 0, str(root))
     assert data.images.shape == (20, 1, 8, 8)
     assert sorted(set(data.labels.tolist())) == [2, 9]  # not re-numbered 0, 1
     assert np.bincount(data.labels, minlength=10)[[2, 9]].tolist() == [10, 10]
@@ -135,4 +125,4 @@ def test_inconsistent_device_data_stops_the_run_before_training(
 def test_data_path_must_be_a_string(tmp_path) -> None:
     cfg = parse_run_config(run_config(**FAST))
     with pytest.raises(ConfigError, match="expected a quoted path"):
-        node_partition({"partition-id": 0, "num-partitions": 3, "data-path": 5}, cfg)
+        local_node({"partition-id": 0, "num-partitions": 3, "data-path": 5}, cfg)

@@ -21,11 +21,12 @@ from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mix_batch, mixed_cross_entropy
 from fedapp.feast_space import ModelSpace, model_space
-from fedapp.federated_data import client_shard, population
+from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
 from fedapp.models.cache import Variant
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
+from fedapp.profiles import LocalNode
 
 #: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
 FORWARD_BACKWARD_FACTOR = 3
@@ -128,7 +129,7 @@ def co_training_step(
     return StepOutcome(first_loss, macs)
 
 
-def train(message: Message, cfg: RunConfig, partition_id: int) -> RecordDict:
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round: rebuild the routed sub-supernet from the payload, co-train, send it back."""
     started = time.perf_counter()
     info = population(cfg).info
@@ -149,8 +150,8 @@ def train(message: Message, cfg: RunConfig, partition_id: int) -> RecordDict:
     model.to(device).train()
 
     server_round = int(config["server-round"])
-    generator = seed_local_work(cfg.seed, server_round, partition_id)
-    loader = train_loader(client_shard(cfg, partition_id), info, cfg.batch_size, generator)
+    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
     loss_sum, examples, forward_macs, steps = 0.0, 0, 0, 0
     for _ in range(cfg.local_epochs):

@@ -12,20 +12,21 @@ from fedapp.clients.training import (
     train_supervised,
 )
 from fedapp.config import RunConfig
-from fedapp.federated_data import client_shard, population
+from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
 from fedapp.models.cnn import build_cnn
+from fedapp.profiles import LocalNode
 
 
-def train(message: Message, cfg: RunConfig, partition_id: int) -> RecordDict:
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round of local SGD on the whole model."""
     info = population(cfg).info
     server_round = int(message.content[CONFIG]["server-round"])
     lr = float(message.content[CONFIG]["learning-rate"])
     model = build_cnn(cfg.model, info.channels, info.num_classes)
     load_into(model, message.content[ARRAYS])
-    generator = seed_local_work(cfg.seed, server_round, partition_id)
-    loader = train_loader(client_shard(cfg, partition_id), info, cfg.batch_size, generator)
+    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     stats = train_supervised(
         model,
         loader,

@@ -8,8 +8,10 @@ from importlib import import_module
 from flwr.app import Message, RecordDict
 
 from fedapp.config import RunConfig
+from fedapp.profiles import LocalNode
 
-Trainer = Callable[[Message, RunConfig, int], RecordDict]
+#: (train message, run config, this node) -> reply content
+Trainer = Callable[[Message, RunConfig, LocalNode], RecordDict]
 
 _TRAINERS: dict[str, str] = {
     "fedavg": "fedapp.clients.fedavg:train",

@@ -35,10 +35,15 @@ class CommunicationLedger:
     full_params: int
     client_rounds: list[dict[str, int]] = field(default_factory=list)
 
-    def add(self, partition_id: int, params: int, bytes_down: int, bytes_up: int) -> None:
+    def add(
+        self, server_round: int, partition_id: int, params: int, bytes_down: int, bytes_up: int
+    ) -> None:
+        """One accepted client-round: routed parameters, bytes sent and received."""
         self.client_rounds.append(
             {
+                "round": server_round,
                 "partition": partition_id,
+                "full_params": self.full_params,
                 "params": params,
                 "bytes_down": bytes_down,
                 "bytes_up": bytes_up,

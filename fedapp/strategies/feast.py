@@ -34,6 +34,7 @@ from fedapp.strategies.replies import ValidReply
 
 VARIANTS_FILE = "variants.csv"
 POPULATION_FILE = "population.csv"
+COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
 VARIANTS_PLOT_FILE = "accuracy_vs_macs.png"
 
 
@@ -100,6 +101,7 @@ class FeastStrategy(HeterogeneousStrategy):
             profile = self.nodes.profiles[reply.node_id]
             params = self.route_of(profile).params if self.cfg.routing else self.space.full_params
             self.ledger.add(
+                server_round,
                 profile.partition_id,
                 params,
                 self._bytes_down[reply.node_id],
@@ -146,6 +148,8 @@ class FeastStrategy(HeterogeneousStrategy):
         )
         write_csv(run_dir / VARIANTS_FILE, variants)
         write_csv(run_dir / POPULATION_FILE, clients)
+        if self.ledger.client_rounds:
+            write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
         plot_accuracy_vs_macs(
             run_dir / VARIANTS_PLOT_FILE, variants, f"FEAST on {self.cfg.dataset}", pop_accuracy
         )
