@@ -10,18 +10,11 @@ the wall time splits into local training and everything else. Stops every proces
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from processes import BIN_DIR, flower_env, free_port, managed_processes  # noqa: E402
+from flwr_runs import ROOT, flwr_run_once
 
 PARALLEL_CLIENTS = 2  # client-resources-num-cpus=1 on a 2-core machine
 
@@ -29,44 +22,10 @@ PARALLEL_CLIENTS = 2  # client-resources-num-cpus=1 on a 2-core machine
 def run(preset: Path, rounds: int | None, workdir: Path) -> tuple[float, dict]:
     """Run the preset once with `flwr run`; return (wall seconds, summary.json)."""
     config = tomllib.loads(preset.read_text())
-    num_clients = int(config["num-clients"])
-    config |= {"out-dir": str(workdir / "out"), "run-name": "bench"}
     if rounds:
         config["num-server-rounds"] = rounds
-    run_config = workdir / "run-config.toml"
-    run_config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-    http_port, control_port = free_port(), free_port()
-    env = flower_env(
-        workdir / "flwr-home",
-        FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
-        FLWR_LOCAL_CONTROL_API_PORT=str(control_port),
-    )
-    command = [
-        str(BIN_DIR / "flwr"),
-        "run",
-        ".",
-        "--stream",
-        "--run-config",
-        str(run_config),
-        "--federation-config",
-        f"num-supernodes={num_clients} client-resources-num-cpus=1",
-    ]
-    with managed_processes(workdir) as procs:
-        procs.adopt(f"--port {http_port}")
-        procs.adopt(f"127.0.0.1:{http_port}")
-        start = time.perf_counter()
-        with (workdir / "flwr-run.log").open("w") as log:
-            subprocess.run(
-                command,
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=True,
-                timeout=3600,
-            )
-        wall = time.perf_counter() - start
-    return wall, json.loads((workdir / "out" / "bench" / "summary.json").read_text())
+    federation = f"num-supernodes={config['num-clients']} client-resources-num-cpus=1"
+    return flwr_run_once(config, federation, workdir)
 
 
 def table(wall: float, summary: dict) -> str:

@@ -1,0 +1,158 @@
+"""GPU check of the canonical FEAST configuration: seconds per round, GPU memory, utilisation.
+
+Runs `conf/feast-cifar100.toml` (the 55.68M-parameter supernet, the authors' 56-variant cache,
+batch 64, one local epoch, routed co-training) for a few rounds through the real `flwr run` with
+Ray GPU client resources, on CIFAR-shaped synthetic data (32x32x3, 100 classes, written as an
+.npz: no data set can be downloaded on the device machine). While it runs, `nvidia-smi` is
+sampled every 0.5 s. Synthetic images take the `npz` path, so CIFAR's RandAugment is not part of
+the measured data loading.
+
+    python benchmarks/gpu_check.py --rounds 3 --clients 10 --per-client 500
+    python benchmarks/gpu_check.py --smoke          # CPU: 2 clients, 1 round, tiny data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+import tomllib
+from pathlib import Path
+
+import numpy as np
+from flwr_runs import ROOT, flwr_run_once
+
+CLASSES = 100
+
+
+def synthetic_cifar(path: Path, train: int, test: int, seed: int = 0) -> Path:
+    """Random uint8 images of CIFAR's shape with uniform labels, as an .npz file."""
+    rng = np.random.default_rng(seed)
+    np.savez(
+        path,
+        x_train=rng.integers(0, 256, (train, 32, 32, 3), dtype=np.uint8),
+        y_train=rng.integers(0, CLASSES, train),
+        x_test=rng.integers(0, 256, (test, 32, 32, 3), dtype=np.uint8),
+        y_test=rng.integers(0, CLASSES, test),
+    )
+    return path
+
+
+class GpuSampler:
+    """`nvidia-smi` polling in the background (utilisation %, memory MiB of GPU 0); no samples
+    where there is no nvidia-smi."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> GpuSampler:
+        if shutil.which("nvidia-smi"):
+            with self.log.open("w") as out:
+                self.proc = subprocess.Popen(
+                    [
+                        "nvidia-smi",
+                        "--query-gpu=utilization.gpu,memory.used",
+                        "--format=csv,noheader,nounits",
+                        "-i",
+                        "0",
+                        "-lms",
+                        "500",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.DEVNULL,
+                )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+    def samples(self) -> list[tuple[float, float]]:
+        if not self.log.exists():
+            return []
+        rows = [line.split(",") for line in self.log.read_text().splitlines() if "," in line]
+        return [(float(u), float(m)) for u, m in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=10, help="all of them train every round")
+    parser.add_argument("--per-client", type=int, default=500, help="synthetic images per client")
+    parser.add_argument("--gpus-per-client", type=float, default=0.25)
+    parser.add_argument("--smoke", action="store_true", help="tiny CPU run to check the script")
+    parser.add_argument("--out", type=Path, default=None, help="also write the result as JSON")
+    args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.clients, args.per_client, args.gpus_per_client = 1, 2, 40, 0.0
+
+    config = tomllib.loads((ROOT / "conf" / "feast-cifar100.toml").read_text())
+    held = 40 if args.smoke else 500
+    config |= {
+        "num-clients": args.clients,
+        "fraction-train": 1.0,
+        "min-train-clients": args.clients,
+        "num-server-rounds": args.rounds,
+        "eval-every": args.rounds,
+        "dataset": "npz",
+        "calibration-size": held,
+        "validation-size": held,
+        "partitioner": "iid",
+        "anchor-variants": "0,55",
+        "device": "cpu" if args.smoke else "auto",
+    }
+    federation = (
+        f"num-supernodes={args.clients} client-resources-num-cpus=2 "
+        f"client-resources-num-gpus={args.gpus_per_client}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        train = args.clients * args.per_client + 2 * held
+        config["data-dir"] = str(synthetic_cifar(work / "cifar-shaped.npz", train, held))
+        with GpuSampler(work / "gpu.csv") as gpu:
+            wall, summary = flwr_run_once(config, federation, work)
+        rows = [
+            json.loads(x)
+            for x in (work / "out" / "bench" / "metrics.jsonl").read_text().splitlines()
+        ]
+        samples = gpu.samples()
+    round_seconds = [r["seconds"] - r.get("seconds-evaluate", 0.0) for r in rows]
+    result = {
+        "rounds": args.rounds,
+        "clients_per_round": args.clients,
+        "examples_per_client": args.per_client,
+        "seconds_per_round_median": statistics.median(round_seconds),
+        "seconds_per_round": round_seconds,
+        "client_training_seconds_sum": summary["timing"]["client_training_seconds_sum"],
+        "wall_seconds": wall,
+        "gpu_samples": len(samples),
+        "gpu_utilisation_mean": statistics.fmean(u for u, _ in samples) if samples else None,
+        "gpu_utilisation_max": max((u for u, _ in samples), default=None),
+        "gpu_memory_max_mib": max((m for _, m in samples), default=None),
+    }
+    print(
+        "| rounds | clients/round | s/round (median, no validation) | GPU util mean / max | "
+        "GPU memory max |"
+    )
+    print("|---:|---:|---:|---:|---:|")
+    util = (
+        f"{result['gpu_utilisation_mean']:.0f} % / {result['gpu_utilisation_max']:.0f} %"
+        if samples
+        else "no GPU"
+    )
+    memory = f"{result['gpu_memory_max_mib']:.0f} MiB" if samples else "-"
+    print(
+        f"| {args.rounds} | {args.clients} | {result['seconds_per_round_median']:.1f} | {util} "
+        f"| {memory} |"
+    )
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
