@@ -16,7 +16,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from processes import BIN_DIR, flower_env, free_port, managed_processes  # noqa: E402
+from processes import (  # noqa: E402
+    BIN_DIR,
+    flower_env,
+    free_port,
+    managed_processes,
+    write_run_config,
+)
 
 
 def flwr_run_once(
@@ -25,8 +31,7 @@ def flwr_run_once(
     """`flwr run .` with this run config (kebab-case keys) and ``--federation-config``;
     returns (wall seconds, the run's summary.json). Results go to ``workdir/out/bench``."""
     config = config | {"out-dir": str(workdir / "out"), "run-name": "bench"}
-    run_config = workdir / "run-config.toml"
-    run_config.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    run_config = write_run_config(workdir / "run-config.toml", config)
     http_port, control_port = free_port(), free_port()
     env = flower_env(
         workdir / "flwr-home",

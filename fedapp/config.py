@@ -16,26 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.data.registry import DATASET_NAMES
-from fedapp.models.arch import SUPERNETS_DIR
+from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
 from fedapp.models.cnn import available_models
 from fedapp.partitions.factory import PARTITIONER_NAMES
 from fedapp.strategies.registry import STRATEGY_NAMES
 
-#: Where the YAML side of the configuration (model architectures, supernets, caches) lives.
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine")
 #: FEAST's training rule and its ablations (paper Table 6): which variants train per mini-batch.
 TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
-
-
-def available_supernets() -> tuple[str, ...]:
-    return tuple(sorted(p.stem for p in SUPERNETS_DIR.glob("*.yaml")))
-
-
-def available_caches() -> tuple[str, ...]:
-    return tuple(sorted(p.stem for p in CACHES_DIR.glob("*.yaml")))
 
 
 class ConfigError(ValueError):
@@ -159,8 +149,8 @@ _CHECKS: dict[str, Check] = {
     "weight_decay": _at_least(0),
     "lr_schedule": _one_of(LR_SCHEDULES),
     "device": _one_of(DEVICES),
-    "supernet": _one_of(available_supernets()),
-    "variant_cache": _one_of(available_caches()),
+    "supernet": _one_of(yaml_names(SUPERNETS_DIR)),
+    "variant_cache": _one_of(yaml_names(CACHES_DIR)),
     "training_rule": _one_of(TRAINING_RULES),
     "kd_weight": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "grad_clip": _positive(),

@@ -32,6 +32,11 @@ def from_record(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {name: array.numpy() for name, array in record.items()}
 
 
+def load_state(model: torch.nn.Module, state: Mapping[str, np.ndarray]) -> None:
+    """Load named numpy arrays into a torch model (strict: names and shapes must match)."""
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+
+
 def load_into(model: torch.nn.Module, record: ArrayRecord) -> None:
-    """Load a full state record into a torch model (strict: names and shapes must match)."""
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in from_record(record).items()})
+    """Load a full state record into a torch model."""
+    load_state(model, from_record(record))

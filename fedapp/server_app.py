@@ -7,7 +7,7 @@ from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ConfigRecord, Context
+from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
@@ -23,7 +23,6 @@ from fedapp.evaluation.results import (
     RunRecorder,
 )
 from fedapp.federated_data import server_set
-from fedapp.messages import from_record, to_record
 from fedapp.profiles import NodeRegistry
 from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
 from fedapp.strategies.registry import build_strategy
@@ -136,10 +135,10 @@ def _train_round(
 ) -> tuple[State, dict[str, Any]]:
     """Send the round's messages, aggregate the replies, describe what happened."""
     phase_start = time.perf_counter()
-    messages = strategy.configure_train(server_round, to_record(state), ConfigRecord(), grid)
+    messages = strategy.configure_round(server_round, state, grid)
     replies = grid.send_and_receive(messages, timeout=strategy.cfg.round_timeout)
     aggregate_start = time.perf_counter()
-    arrays, metrics = strategy.aggregate_train(server_round, replies)
+    new_state, metrics = strategy.aggregate_round(server_round, replies)
     report = strategy.report
     row: dict[str, Any] = {
         "round": server_round,
@@ -152,7 +151,7 @@ def _train_round(
     }
     if metrics is not None:
         row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-    return (from_record(arrays) if arrays is not None else state), row
+    return (new_state if new_state is not None else state), row
 
 
 def _timing(rows: list[dict[str, Any]], setup: float, final: float) -> dict[str, float]:

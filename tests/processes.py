@@ -192,7 +192,11 @@ def preset_with(directory: Path, preset: str, overrides: Mapping[str, Any], name
     """A preset with some keys changed, as ``<directory>/<name or preset>.toml``: flwr run takes
     a TOML file or key=value pairs, not both."""
     config = tomllib.loads((REPO_DIR / "conf" / f"{preset}.toml").read_text()) | dict(overrides)
-    path = directory / f"{name or preset}.toml"
+    return write_run_config(directory / f"{name or preset}.toml", config)
+
+
+def write_run_config(path: Path, config: Mapping[str, Any]) -> Path:
+    """A run config (kebab-case keys, TOML values) as a file for ``flwr run --run-config``."""
     path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
     return path
 

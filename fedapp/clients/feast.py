@@ -22,7 +22,7 @@ from fedapp.config import RunConfig
 from fedapp.data.transforms import mix_batch, mixed_cross_entropy
 from fedapp.feast_space import ModelSpace, model_space
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
 from fedapp.models.cache import Variant
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
@@ -143,9 +143,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         else space.config.max_arch()
     )
     model = ElasticResNet(space.config, bounds)
-    model.load_state_dict(
-        {k: torch.from_numpy(v) for k, v in from_record(message.content[ARRAYS]).items()}
-    )
+    load_into(model, message.content[ARRAYS])
     device = resolve_device(cfg.device)
     model.to(device).train()
 

@@ -21,6 +21,7 @@ from fedapp.clients.training import eval_loader, evaluate
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, train_transform
 from fedapp.feast_space import ModelSpace
+from fedapp.messages import load_state
 from fedapp.models.bn_calibration import recalibrate_bn
 from fedapp.models.elastic_resnet import ElasticResNet
 
@@ -41,7 +42,7 @@ def evaluate_variants(
 ) -> list[dict[str, Any]]:
     """Accuracy of each cached variant after its own deterministic BN recalibration."""
     supernet = ElasticResNet(space.config)
-    supernet.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+    load_state(supernet, state)
     calibration_batches = DataLoader(
         ImageDataset(calibration, train_transform(info)), batch_size=batch_size, shuffle=False
     )

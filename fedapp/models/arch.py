@@ -261,13 +261,18 @@ def _coerce(name: str, value: Any) -> Any:
     return tuple(value) if name in _TUPLE_FIELDS else value
 
 
+def yaml_names(folder: Path) -> tuple[str, ...]:
+    """Names (file stems) of the YAML files in a configuration folder, sorted."""
+    return tuple(sorted(p.stem for p in folder.glob("*.yaml")))
+
+
 def named_yaml(name_or_path: str | Path, folder: Path, kind: str) -> Path:
     """A YAML file given by path, or by name (no suffix) in ``folder``; errors list the names."""
     path = Path(name_or_path)
     if not path.suffix:
         path = folder / f"{name_or_path}.yaml"
     if not path.is_file():
-        known = sorted(p.stem for p in folder.glob("*.yaml"))
+        known = yaml_names(folder)
         raise ValueError(f"no {kind} {str(name_or_path)!r} (known: {', '.join(known)})")
     return path
 

@@ -9,6 +9,8 @@ import torch
 import yaml
 from torch import nn
 
+from fedapp.models.arch import yaml_names
+
 MODELS_DIR = Path(__file__).resolve().parents[2] / "conf" / "models"
 
 
@@ -22,7 +24,7 @@ class CNNSpec:
 
 def available_models() -> tuple[str, ...]:
     """Names of the model YAML files shipped in conf/models."""
-    return tuple(sorted(p.stem for p in MODELS_DIR.glob("*.yaml")))
+    return yaml_names(MODELS_DIR)
 
 
 def load_spec(name: str) -> CNNSpec:

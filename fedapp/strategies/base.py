@@ -129,11 +129,13 @@ class HeterogeneousStrategy(Strategy):
         chosen = np.sort(rng.choice(len(candidates), size=size, replace=False))
         return [candidates[i] for i in chosen]
 
-    # ---- Flower's Strategy interface -------------------------------------------------------
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        self._global = from_record(arrays)
+    # ---- one round on numpy states (the ServerApp's loop calls these directly) ---------------
+    def configure_round(
+        self, server_round: int, state: State, grid: Grid, config: ConfigRecord | None = None
+    ) -> list[Message]:
+        """One TRAIN message per sampled node, each with its own payload and settings."""
+        self._global = state
+        config = config or ConfigRecord()
         self._expected = {}
         messages = []
         for profile in self.sample_cohort(server_round, grid):
@@ -152,9 +154,11 @@ class HeterogeneousStrategy(Strategy):
         self.report = RoundReport(sampled=len(messages))
         return messages
 
-    def aggregate_train(
+    def aggregate_round(
         self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    ) -> tuple[State | None, dict[str, float | int] | None]:
+        """New global state and example-weighted metrics from the valid replies (None, None
+        when no reply is valid: the global state stays as it was)."""
         valid: list[ValidReply] = []
         for message in replies:
             node_id = message.metadata.src_node_id
@@ -183,8 +187,21 @@ class HeterogeneousStrategy(Strategy):
         if not valid:
             log(WARNING, "round %d: no valid reply; the global state is unchanged", server_round)
             return None, None
-        new_state = self.aggregate(server_round, valid, self._global)
-        return to_record(new_state), MetricRecord(weighted_metrics(valid))
+        return self.aggregate(server_round, valid, self._global), weighted_metrics(valid)
+
+    # ---- Flower's Strategy interface (records in and out; e.g. for Strategy.start) ----------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return self.configure_round(server_round, from_record(arrays), grid, config)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        state, metrics = self.aggregate_round(server_round, replies)
+        if state is None:
+            return None, None
+        return to_record(state), MetricRecord(metrics)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

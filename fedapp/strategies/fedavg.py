@@ -12,6 +12,7 @@ from fedapp.clients.training import eval_loader, evaluate, resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.federated_data import population
+from fedapp.messages import load_state
 from fedapp.models.cnn import SmallCNN, build_cnn
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.profiles import NodeProfile, NodeRegistry
@@ -47,5 +48,5 @@ class FedAvgStrategy(HeterogeneousStrategy):
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         model = self._model()
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
+        load_state(model, state)
         return evaluate(model, eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device)
