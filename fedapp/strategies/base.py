@@ -187,6 +187,8 @@ class HeterogeneousStrategy(Strategy):
         if not valid:
             log(WARNING, "round %d: no valid reply; the global state is unchanged", server_round)
             return None, None
+        # Replies arrive in any order; float sums depend on it, so aggregate in partition order.
+        valid.sort(key=lambda r: self.nodes.profiles[r.node_id].partition_id)
         return self.aggregate(server_round, valid, self._global), weighted_metrics(valid)
 
     # ---- Flower's Strategy interface (records in and out; e.g. for Strategy.start) ----------
