@@ -1,4 +1,5 @@
-"""ClientApp: validate the run config, answer the handshake, dispatch training to the method."""
+"""ClientApp: validate the run config, answer the handshake, dispatch training (and, for methods
+whose models live on the clients, evaluation) to the method."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from fedapp.clients.registry import client_trainer
+from fedapp.clients.metering import ResourceMeter
+from fedapp.clients.registry import NoClientEvaluator, client_evaluator, client_trainer
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetUnavailableError
+from fedapp.messages import METRICS
 from fedapp.profiles import PROFILE_KEY, local_node, local_profile
 
 app = ClientApp()
@@ -42,8 +45,23 @@ def train(message: Message, context: Context) -> Message:
     """One round of the configured method's local training."""
     try:
         cfg = _config(context)
-        node = local_node(context.node_config, cfg)
+        node = local_node(context.node_config, cfg, context.state)
     except USER_ERRORS as err:
         return _refuse(message, err)
-    content = client_trainer(cfg.strategy)(message, cfg, node)
+    with ResourceMeter() as meter:
+        content = client_trainer(cfg.strategy)(message, cfg, node)
+    if METRICS in content.metric_records:
+        content.metric_records[METRICS].update(meter.use.as_metrics())
     return Message(content, reply_to=message)
+
+
+@app.evaluate()
+def evaluate(message: Message, context: Context) -> Message:
+    """Evaluate this node's own model(s) on the server-held split the message names."""
+    try:
+        cfg = _config(context)
+        node = local_node(context.node_config, cfg, context.state)
+        evaluator = client_evaluator(cfg.strategy)
+    except (*USER_ERRORS, NoClientEvaluator) as err:
+        return _refuse(message, err)
+    return Message(evaluator(message, cfg, node), reply_to=message)

@@ -79,6 +79,11 @@ class RunConfig:
     grad_clip: float
     mix_batches: bool
     anchor_variants: str
+    # weight-sharing baselines on the ResNet18 substrate: HeteroFL, ScaleFL, FIARSE
+    # SuperFedNAS / DeepFedNAS transfers on the FEAST supernet
+    # FedKD-NAS and its client NAS controller (Local-KD shares them)
+    # FedMD, FedDistill (public-set logit methods)
+    # FedDF, Ditto
     # evaluation and outputs
     eval_every: int
     out_dir: str

@@ -16,6 +16,8 @@ ARRAYS = "arrays"
 CONFIG = "config"
 METRICS = "metrics"
 NUM_EXAMPLES = "num-examples"
+#: Config key of an EVALUATE message: which server-held split a client evaluates on.
+EVAL_SPLIT = "split"
 
 
 def to_record(state: Mapping[str, np.ndarray | torch.Tensor]) -> ArrayRecord:

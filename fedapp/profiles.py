@@ -14,7 +14,7 @@ import math
 import platform
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
 
@@ -44,11 +44,15 @@ class NodeProfile:
 
 @dataclass(frozen=True)
 class LocalNode:
-    """What a node's own config says about it (client side): its partition and its data."""
+    """What a node knows about itself (client side): partition, data, budget, kept state."""
 
     partition_id: int
     num_partitions: int
     data_path: str | None  # the device's own training files, or None for the seeded shard
+    budget: float  # MACs: its node config's, else the seeded draw (what it reported)
+    #: Flower's per-node scratch (``Context.state``): survives between this node's messages, so
+    #: methods with client-side state (personal models, NAS history) keep it here.
+    state: RecordDict = field(default_factory=RecordDict, compare=False, repr=False)
 
     def shard(self, cfg: RunConfig) -> ImageArrays:
         """This node's training examples."""
@@ -58,21 +62,23 @@ class LocalNode:
 def local_profile(context: Context, cfg: RunConfig) -> ConfigRecord:
     """The profile this node reports (client side); ConfigError if its node config is unusable."""
     node = local_node(context.node_config, cfg)
-    budget = node_budget(context.node_config, cfg, node.partition_id)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return ConfigRecord(
         {
             "partition-id": node.partition_id,
             "num-partitions": node.num_partitions,
             "num-examples": len(node.shard(cfg).labels),
-            "budget": budget,
+            "budget": node.budget,
             "device": f"{platform.machine()}/{device}",
         }
     )
 
 
-def local_node(node_config: Mapping[str, Any], cfg: RunConfig) -> LocalNode:
-    """Partition id and count (checked against the run's population) and the device's own data."""
+def local_node(
+    node_config: Mapping[str, Any], cfg: RunConfig, state: RecordDict | None = None
+) -> LocalNode:
+    """Partition id and count (checked against the run's population), the device's own data and
+    budget, and the node's persistent state (a fresh one if none is given)."""
     try:
         partition_id = int(node_config["partition-id"])
         num_partitions = int(node_config["num-partitions"])
@@ -92,7 +98,13 @@ def local_node(node_config: Mapping[str, Any], cfg: RunConfig) -> LocalNode:
         raise ConfigError(
             f"node config 'partition-id' = {partition_id} is outside 0..{num_partitions - 1}"
         )
-    return LocalNode(partition_id, num_partitions, node_data_path(node_config))
+    return LocalNode(
+        partition_id,
+        num_partitions,
+        node_data_path(node_config),
+        node_budget(node_config, cfg, partition_id),
+        RecordDict() if state is None else state,
+    )
 
 
 def node_data_path(node_config: Mapping[str, Any]) -> str | None:

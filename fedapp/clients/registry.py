@@ -1,4 +1,5 @@
-"""The client trainer of each strategy, by the strategy's name."""
+"""The client trainer of each strategy, by the strategy's name (and, for methods whose models
+live on the clients, the client evaluator that answers EVALUATE messages)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,25 @@ _TRAINERS: dict[str, str] = {
     "fedavg": "fedapp.clients.fedavg:train",
     "feast": "fedapp.clients.feast:train",
 }
+
+
+#: strategy name -> "module:function" (same signature as a trainer; the reply holds METRICS with
+#: 'accuracy', 'loss' and num-examples). Methods with a global model evaluate it on the server.
+_EVALUATORS: dict[str, str] = {}
+
+
+class NoClientEvaluator(LookupError):
+    """The strategy keeps its model on the server; its clients evaluate nothing."""
+
+
+def client_evaluator(strategy: str) -> Trainer:
+    """The rule that evaluates this node's own model(s) for the named strategy."""
+    if strategy not in _EVALUATORS:
+        raise NoClientEvaluator(
+            f"strategy {strategy!r} evaluates on the server; its clients hold no model to evaluate"
+        )
+    module, func = _EVALUATORS[strategy].split(":")
+    return getattr(import_module(module), func)
 
 
 def client_trainer(strategy: str) -> Trainer:

@@ -50,8 +50,17 @@ class CommunicationLedger:
             }
         )
 
-    def summary(self, params_by_client: Mapping[int, int]) -> dict[str, float]:
-        """Per client-round means and reductions; per-client figures over the population."""
+    def summary(self, params_by_client: Mapping[int, int] | None = None) -> dict[str, float]:
+        """Per client-round means and reductions; per-client figures over the population
+        (``params_by_client``: what each client would receive; default: its mean over the
+        client-rounds it took part in)."""
+        if params_by_client is None:
+            taken: dict[int, list[int]] = {}
+            for row in self.client_rounds:
+                taken.setdefault(row["partition"], []).append(row["params"])
+            params_by_client = {pid: float(np.mean(p)) for pid, p in taken.items()}
+        if not params_by_client:
+            return {"full_params": float(self.full_params), "client_rounds": 0.0}
         per_client = np.array([self.full_params / p for p in params_by_client.values()])
         routed = np.array([r["params"] for r in self.client_rounds], dtype=np.float64)
         out = {

@@ -1,37 +1,57 @@
-"""Operating points of a weight-shared model: per-variant accuracy and population accuracy.
+"""Operating points of a weight-shared model: per-point accuracy and population accuracy.
 
-Each evaluated variant is extracted from the global supernet, gets its own BN statistics from the
-server-held calibration set (training image transforms, no Mixup/CutMix, fixed order and seed),
-and is then evaluated once. Population accuracy serves every client the largest operating point
-it can afford (FEAST §6).
+Every method that serves several models from one set of global weights (FEAST's cached variants,
+HeteroFL's widths, ScaleFL's exits, FIARSE's masks, the SuperFedNAS/DeepFedNAS transfers) describes
+each servable model as an :class:`OperatingPoint`. Each gets its own BN statistics from the
+server-held calibration set (training image transforms, no Mixup/CutMix, fixed order and seed)
+unless its normalisation is static, and is then evaluated once. Population accuracy serves every
+client the largest operating point it can afford (FEAST §6). :func:`operating_point_report` writes
+the same files and summary keys for all of them, so ``fedapp compare`` reads one format.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 from torch.utils.data import DataLoader
 
 from fedapp.clients.training import eval_loader, evaluate
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, train_transform
+from fedapp.evaluation.plots import plot_accuracy_vs_macs
 from fedapp.feast_space import ModelSpace
 from fedapp.messages import load_state
 from fedapp.models.bn_calibration import recalibrate_bn
 from fedapp.models.elastic_resnet import ElasticResNet
 
 EVAL_BATCH_SIZE = 256
+VARIANTS_FILE = "variants.csv"
+POPULATION_FILE = "population.csv"
+VARIANTS_PLOT_FILE = "accuracy_vs_macs.png"
 
 
-def evaluate_variants(
-    space: ModelSpace,
-    state: Mapping[str, np.ndarray],
-    indices: Iterable[int],
+@dataclass(frozen=True)
+class OperatingPoint:
+    """One servable model of a weight-shared method."""
+
+    index: int
+    macs: int
+    params: int
+    #: Builds the model with the global weights loaded (called once, at evaluation).
+    build: Callable[[], nn.Module]
+    #: False where the method's normalisation keeps no running statistics (HeteroFL's sBN).
+    recalibrate: bool = True
+
+
+def evaluate_points(
+    points: Iterable[OperatingPoint],
     *,
     calibration: ImageArrays,
     data: ImageArrays,
@@ -40,29 +60,48 @@ def evaluate_variants(
     device: torch.device,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """Accuracy of each cached variant after its own deterministic BN recalibration."""
-    supernet = ElasticResNet(space.config)
-    load_state(supernet, state)
+    """Accuracy and loss of each operating point after its own deterministic BN recalibration."""
     calibration_batches = DataLoader(
         ImageDataset(calibration, train_transform(info)), batch_size=batch_size, shuffle=False
     )
     test_batches = eval_loader(data, info, EVAL_BATCH_SIZE)
     rows = []
-    for index in indices:
-        variant = space.cache.variants[index]
-        subnet = supernet.subnet(variant.arch).to(device)
-        recalibrate_bn(subnet, (x.to(device) for x, _ in calibration_batches), seed=seed)
-        result = evaluate(subnet, test_batches, device)
+    for point in points:
+        model = point.build().to(device)
+        if point.recalibrate:
+            recalibrate_bn(model, (x.to(device) for x, _ in calibration_batches), seed=seed)
+        result = evaluate(model, test_batches, device)
         rows.append(
             {
-                "index": index,
-                "macs": variant.macs,
-                "params": variant.params,
+                "index": point.index,
+                "macs": point.macs,
+                "params": point.params,
                 "accuracy": result["accuracy"],
                 "loss": result["loss"],
             }
         )
     return rows
+
+
+def evaluate_variants(
+    space: ModelSpace,
+    state: Mapping[str, np.ndarray],
+    indices: Iterable[int],
+    **evaluation: Any,
+) -> list[dict[str, Any]]:
+    """Accuracy of each cached variant of a FEAST-family supernet (see :func:`evaluate_points`)."""
+    supernet = ElasticResNet(space.config)
+    load_state(supernet, state)
+    points = (
+        OperatingPoint(
+            index,
+            space.cache.variants[index].macs,
+            space.cache.variants[index].params,
+            lambda arch=space.cache.variants[index].arch: supernet.subnet(arch),
+        )
+        for index in indices
+    )
+    return evaluate_points(points, **evaluation)
 
 
 def population_accuracy(
@@ -90,3 +129,30 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def operating_point_report(
+    run_dir: Path,
+    title: str,
+    variants: Sequence[dict[str, Any]],
+    served: Mapping[int, int],
+    budgets: Mapping[int, float],
+) -> dict[str, Any]:
+    """The summary keys every weight-shared method reports, and its CSV files and plot.
+
+    ``variants`` are :func:`evaluate_points` rows sorted by MACs (the last is the largest, what a
+    single-model deployment would serve); ``served`` maps partition id -> the index served.
+    """
+    pop_accuracy, clients = population_accuracy(served, budgets, variants)
+    write_csv(run_dir / VARIANTS_FILE, variants)
+    write_csv(run_dir / POPULATION_FILE, clients)
+    plot_accuracy_vs_macs(run_dir / VARIANTS_PLOT_FILE, variants, title, pop_accuracy)
+    return {
+        "test_accuracy": variants[-1]["accuracy"],
+        "test_loss": variants[-1]["loss"],
+        "population_accuracy": pop_accuracy,
+        "variants": [
+            {k: v[k] for k in ("index", "macs", "params", "accuracy", "loss")} for v in variants
+        ],
+        "population": clients,
+    }

@@ -25,13 +25,25 @@ from flwr.serverapp.strategy import Strategy
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.messages import ARRAYS, CONFIG, NUM_EXAMPLES, from_record, to_record
+from fedapp.evaluation.accounting import CommunicationLedger
+from fedapp.evaluation.operating_points import write_csv
+from fedapp.messages import ARRAYS, CONFIG, EVAL_SPLIT, NUM_EXAMPLES, from_record, to_record
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.replies import ArraySpec, InvalidReply, ValidReply, spec_of, validate_reply
+from fedapp.strategies.replies import (
+    ArraySpec,
+    InvalidReply,
+    ValidReply,
+    spec_of,
+    validate_metrics,
+    validate_reply,
+)
 
 State = dict[str, np.ndarray]
 #: The validation metric that selects the best checkpoint.
 SELECTION_KEY = "val-accuracy"
+#: The reply metric in which a client reports its training compute (MACs, forward + backward).
+COMPUTE_METRIC = "compute-proxy-macs"
+COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
 
 
 @dataclass
@@ -54,6 +66,14 @@ class HeterogeneousStrategy(Strategy):
         self.report = RoundReport()
         self._expected: dict[int, dict[str, ArraySpec]] = {}
         self._global: State = {}
+        #: Every accepted client-round's traffic (full_params is set from the first global state).
+        self.ledger = CommunicationLedger(full_params=0)
+        #: Training compute each partition reported (``COMPUTE_METRIC``), summed over rounds.
+        self.compute_proxy: dict[int, float] = {}
+        self._sent: dict[int, tuple[int, int]] = {}  # node id -> (params, bytes) of its payload
+        self._grid: Grid | None = None  # kept for methods whose models live on the clients
+        #: Each accepted client-round's metered resources (fedapp.clients.metering).
+        self.resource_use: list[tuple[float, float]] = []  # (cpu percent, peak RSS MB)
 
     # ---- what a method defines -------------------------------------------------------------
     @abstractmethod
@@ -103,6 +123,52 @@ class HeterogeneousStrategy(Strategy):
         """What a valid reply must contain (default: the payload's names, shapes and dtypes)."""
         return spec_of(payload)
 
+    def reference_params(self, global_state: State) -> int:
+        """The parameter count that communication reductions are measured against (default:
+        the whole global state, i.e. what FedAvg would send)."""
+        return float_elements(global_state)
+
+    def payload_params(self, profile: NodeProfile, payload: State) -> int:
+        """Parameters a node's payload carries, for the communication ledger."""
+        return float_elements(payload)
+
+    # ---- accounting --------------------------------------------------------------------------
+    def _account(self, server_round: int, reply: ValidReply) -> None:
+        profile = self.nodes.profiles[reply.node_id]
+        params, bytes_down = self._sent[reply.node_id]
+        bytes_up = sum(a.nbytes for a in reply.arrays.values())
+        self.ledger.add(server_round, profile.partition_id, params, bytes_down, bytes_up)
+        if {"cpu-percent", "peak-rss-mb"} <= set(reply.metrics):
+            self.resource_use.append(
+                (float(reply.metrics["cpu-percent"]), float(reply.metrics["peak-rss-mb"]))
+            )
+        if COMPUTE_METRIC in reply.metrics:
+            self.compute_proxy[profile.partition_id] = self.compute_proxy.get(
+                profile.partition_id, 0.0
+            ) + float(reply.metrics[COMPUTE_METRIC])
+
+    def accounting_summary(
+        self, run_dir: Path, params_by_client: dict[int, int] | None = None
+    ) -> dict[str, Any]:
+        """Communication and compute of the run so far, for summary.json (and its CSV)."""
+        if self.ledger.client_rounds:
+            write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
+        use = np.array(self.resource_use).reshape(-1, 2)
+        clients = max(len({row["partition"] for row in self.ledger.client_rounds}), 1)
+        traffic = sum(r["bytes_down"] + r["bytes_up"] for r in self.ledger.client_rounds)
+        return {
+            "resources": {
+                "cpu_percent_mean": float(use[:, 0].mean()) if len(use) else None,
+                "peak_rss_mb_mean": float(use[:, 1].mean()) if len(use) else None,
+                "peak_rss_mb_max": float(use[:, 1].max()) if len(use) else None,
+                "comm_mb_per_client": traffic / 2**20 / clients,
+                "comm_mb_total": traffic / 2**20,
+            },
+            "comm": self.ledger.summary(params_by_client),
+            "compute_proxy_total_macs": float(sum(self.compute_proxy.values())),
+            "compute_proxy_by_client": {str(k): v for k, v in sorted(self.compute_proxy.items())},
+        }
+
     # ---- cohort ------------------------------------------------------------------------------
     def sample_cohort(self, server_round: int, grid: Grid) -> list[NodeProfile]:
         """Seeded draw of this round's clients among the connected, profiled nodes."""
@@ -135,12 +201,20 @@ class HeterogeneousStrategy(Strategy):
     ) -> list[Message]:
         """One TRAIN message per sampled node, each with its own payload and settings."""
         self._global = state
+        self._grid = grid
+        if not self.ledger.full_params:
+            self.ledger.full_params = self.reference_params(state)
         config = config or ConfigRecord()
         self._expected = {}
+        self._sent = {}
         messages = []
         for profile in self.sample_cohort(server_round, grid):
             payload = self.train_payload(profile, self._global)
             self._expected[profile.node_id] = self.expected_reply(profile, payload)
+            self._sent[profile.node_id] = (
+                self.payload_params(profile, payload),
+                sum(a.nbytes for a in payload.values()),
+            )
             node_config = ConfigRecord({**config, **self.train_config(server_round, profile)})
             content = RecordDict({ARRAYS: to_record(payload), CONFIG: node_config})
             messages.append(
@@ -189,7 +263,36 @@ class HeterogeneousStrategy(Strategy):
             return None, None
         # Replies arrive in any order; float sums depend on it, so aggregate in partition order.
         valid.sort(key=lambda r: self.nodes.profiles[r.node_id].partition_id)
+        for reply in valid:
+            self._account(server_round, reply)
         return self.aggregate(server_round, valid, self._global), weighted_metrics(valid)
+
+    # ---- evaluation of models that live on the clients ---------------------------------------
+    def client_evaluation(self, split: str) -> list[dict[str, float | int]]:
+        """Every profiled node evaluates its own model on a server-held split ('validation' or
+        'test', which clients derive from the run config); one metrics dict per valid reply, in
+        partition order, with 'partition' added. For methods without a global model."""
+        if self._grid is None:
+            raise RuntimeError("client evaluation needs a grid: run a training round first")
+        connected = set(self._grid.get_node_ids())
+        messages = [
+            Message(
+                RecordDict({CONFIG: ConfigRecord({EVAL_SPLIT: split})}),
+                dst_node_id=node_id,
+                message_type=MessageType.EVALUATE,
+            )
+            for node_id in sorted(connected & set(self.nodes.profiles))
+        ]
+        rows = []
+        for reply in self._grid.send_and_receive(messages, timeout=self.cfg.round_timeout):
+            profile = self.nodes.profiles[reply.metadata.src_node_id]
+            try:
+                metrics = validate_metrics(reply)
+            except InvalidReply as err:
+                log(WARNING, "%s evaluation: dropped node %s: %s", split, profile.node_id, err)
+                continue
+            rows.append({"partition": profile.partition_id, **metrics})
+        return sorted(rows, key=lambda row: row["partition"])
 
     # ---- Flower's Strategy interface (records in and out; e.g. for Strategy.start) ----------
     def configure_train(
@@ -228,6 +331,11 @@ def scheduled_learning_rate(cfg: RunConfig, server_round: int) -> float:
         progress = (server_round - 1) / cfg.num_server_rounds
         return 0.5 * cfg.learning_rate * (1 + math.cos(math.pi * progress))
     return cfg.learning_rate
+
+
+def float_elements(state: State) -> int:
+    """Number of floating-point values in a state (parameters and BN statistics)."""
+    return int(sum(a.size for a in state.values() if np.issubdtype(a.dtype, np.floating)))
 
 
 def weighted_metrics(replies: list[ValidReply]) -> dict[str, float | int]:

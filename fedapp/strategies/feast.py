@@ -20,9 +20,8 @@ from fedapp.clients.feast import plan_for
 from fedapp.clients.training import resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.accounting import CommunicationLedger, exposure
-from fedapp.evaluation.operating_points import evaluate_variants, population_accuracy, write_csv
-from fedapp.evaluation.plots import plot_accuracy_vs_macs
+from fedapp.evaluation.accounting import exposure
+from fedapp.evaluation.operating_points import evaluate_variants, operating_point_report
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population, server_set
 from fedapp.models.elastic_resnet import ElasticResNet, state_shapes
@@ -31,11 +30,6 @@ from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
 from fedapp.strategies.replies import ValidReply
-
-VARIANTS_FILE = "variants.csv"
-POPULATION_FILE = "population.csv"
-COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
-VARIANTS_PLOT_FILE = "accuracy_vs_macs.png"
 
 
 class FeastStrategy(HeterogeneousStrategy):
@@ -48,10 +42,7 @@ class FeastStrategy(HeterogeneousStrategy):
         self.anchors = self.space.anchors(cfg.anchor_variants)
         self.device = resolve_device(cfg.device)
         self.calibration = server_set(cfg, "calibration")
-        self.ledger = CommunicationLedger(self.space.full_params)
-        self.compute_proxy: dict[int, float] = {}
         self._refused: set[int] = set()
-        self._bytes_down: dict[int, int] = {}
 
     # ---- routing -------------------------------------------------------------------------------
     def route_of(self, profile: NodeProfile) -> Route:
@@ -80,13 +71,15 @@ class FeastStrategy(HeterogeneousStrategy):
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        payload = (
-            extract(global_state, self.route_of(profile).shapes)
-            if self.cfg.routing
-            else global_state
-        )
-        self._bytes_down[profile.node_id] = sum(a.nbytes for a in payload.values())
-        return payload
+        if self.cfg.routing:
+            return extract(global_state, self.route_of(profile).shapes)
+        return global_state
+
+    def reference_params(self, global_state: State) -> int:
+        return self.space.full_params
+
+    def payload_params(self, profile: NodeProfile, payload: State) -> int:
+        return self.route_of(profile).params if self.cfg.routing else self.space.full_params
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {
@@ -98,18 +91,6 @@ class FeastStrategy(HeterogeneousStrategy):
         accumulator = SliceAccumulator(global_state)
         for reply in replies:
             accumulator.add(reply.arrays, weight=reply.num_examples)
-            profile = self.nodes.profiles[reply.node_id]
-            params = self.route_of(profile).params if self.cfg.routing else self.space.full_params
-            self.ledger.add(
-                server_round,
-                profile.partition_id,
-                params,
-                self._bytes_down[reply.node_id],
-                sum(a.nbytes for a in reply.arrays.values()),
-            )
-            self.compute_proxy[profile.partition_id] = self.compute_proxy.get(
-                profile.partition_id, 0.0
-            ) + float(reply.metrics["compute-proxy-macs"])
         return accumulator.result()
 
     # ---- evaluation ---------------------------------------------------------------------------
@@ -142,16 +123,12 @@ class FeastStrategy(HeterogeneousStrategy):
         variants = self._variants(state, list(range(len(self.space.cache))), data)
         profiles = [p for p in self.nodes.profiles.values() if self.eligible(p)]
         routes = {p.partition_id: self.route_of(p) for p in profiles}
-        budgets = {p.partition_id: p.budget for p in profiles}
-        pop_accuracy, clients = population_accuracy(
-            {pid: r.largest for pid, r in routes.items()}, budgets, variants
-        )
-        write_csv(run_dir / VARIANTS_FILE, variants)
-        write_csv(run_dir / POPULATION_FILE, clients)
-        if self.ledger.client_rounds:
-            write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
-        plot_accuracy_vs_macs(
-            run_dir / VARIANTS_PLOT_FILE, variants, f"FEAST on {self.cfg.dataset}", pop_accuracy
+        report = operating_point_report(
+            run_dir,
+            f"FEAST on {self.cfg.dataset}",
+            variants,
+            served={pid: r.largest for pid, r in routes.items()},
+            budgets={p.partition_id: p.budget for p in profiles},
         )
         passes = [
             plan_for(self.space, r.affordable, self.cfg.training_rule).num_passes
@@ -159,24 +136,18 @@ class FeastStrategy(HeterogeneousStrategy):
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())
         routed_shapes = [r.shapes if self.cfg.routing else global_shapes for r in routes.values()]
-        summary = {
-            "test_accuracy": variants[-1]["accuracy"],
-            "population_accuracy": pop_accuracy,
-            "variants": [
-                {k: v[k] for k in ("index", "macs", "params", "accuracy")} for v in variants
-            ],
-            "comm": self.ledger.summary(
-                {
-                    pid: (r.params if self.cfg.routing else self.space.full_params)
-                    for pid, r in routes.items()
-                }
-            ),
-            "compute_proxy_total_macs": float(sum(self.compute_proxy.values())),
-            "compute_proxy_by_client": {str(k): v for k, v in sorted(self.compute_proxy.items())},
-            "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},
-            "exposure": exposure(global_shapes, routed_shapes, self.cfg.cohort_size),
-            "population": clients,
+        params_by_client = {
+            pid: (r.params if self.cfg.routing else self.space.full_params)
+            for pid, r in routes.items()
         }
+        summary = (
+            report
+            | self.accounting_summary(run_dir, params_by_client)
+            | {
+                "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},
+                "exposure": exposure(global_shapes, routed_shapes, self.cfg.cohort_size),
+            }
+        )
         self._log_report(summary)
         return summary
 

@@ -63,7 +63,16 @@ def validate_reply(message: Message, expected: Mapping[str, ArraySpec]) -> Valid
             )
         if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
             raise InvalidReply(f"{name}: non-finite values")
-    metrics = dict(content.metric_records[METRICS])
+    return ValidReply(node_id=node_id, arrays=arrays, metrics=validate_metrics(message))
+
+
+def validate_metrics(message: Message) -> dict[str, float | int]:
+    """The reply's metrics if they are finite and count a positive number of examples."""
+    if message.has_error():
+        raise InvalidReply(f"node failed: {message.error.reason}")
+    if METRICS not in message.content.metric_records:
+        raise InvalidReply(f"reply lacks the '{METRICS}' record")
+    metrics = dict(message.content.metric_records[METRICS])
     for key, value in metrics.items():
         values = value if isinstance(value, list) else [value]
         if not all(math.isfinite(v) for v in values):
@@ -71,4 +80,4 @@ def validate_reply(message: Message, expected: Mapping[str, ArraySpec]) -> Valid
     examples = metrics.get(NUM_EXAMPLES)
     if not isinstance(examples, int) or examples <= 0:
         raise InvalidReply(f"metric {NUM_EXAMPLES} must be a positive integer, got {examples!r}")
-    return ValidReply(node_id=node_id, arrays=arrays, metrics=metrics)
+    return metrics
