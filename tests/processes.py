@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -22,98 +21,20 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
-BIN_DIR = Path(sys.executable).parent
-REPO_DIR = Path(__file__).resolve().parents[1]
+from fedapp.launcher import (
+    APP_DIR as REPO_DIR,
+)
+from fedapp.launcher import (
+    FLWR,
+    flower_env,
+    free_port,
+    pids_mentioning,
+    stop,
+    write_run_config,
+)
+
 DEPLOY_SCRIPTS = REPO_DIR / "scripts" / "deploy"
-FLWR = str(BIN_DIR / "flwr")
 RUN_TIMEOUT = 420
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def flower_env(flwr_home: Path, **extra: str) -> dict[str, str]:
-    """Environment for Flower commands: this venv's tools first, an isolated FLWR_HOME."""
-    env = dict(os.environ)
-    env.update(
-        PATH=f"{BIN_DIR}{os.pathsep}{env.get('PATH', '')}",
-        FLWR_HOME=str(flwr_home),
-        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-        FLWR_DISABLE_UPDATE_CHECK="1",
-        HF_DATASETS_OFFLINE="1",
-        HF_HUB_OFFLINE="1",
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
-    return env
-
-
-def _stat(pid: int) -> list[str]:
-    """Fields of /proc/<pid>/stat after the command name: state, ppid, pgrp, ..."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-
-
-def _alive(pid: int) -> bool:
-    """Running and not a zombie."""
-    try:
-        return _stat(pid)[0] != "Z"
-    except OSError:
-        return False
-
-
-def _group_alive(pgid: int) -> bool:
-    """Some process of the group is running (the leader may be gone while children live on)."""
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                fields = _stat(int(proc.name))
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
-
-
-def stop(pid: int, grace: float = 10.0, group: bool | None = None) -> None:
-    """Terminate a process, and its whole group if it leads one (``group``: known to lead one,
-    even if the leader itself has exited); kill what does not go."""
-    if group is None:
-        try:
-            group = os.getpgid(pid) == pid
-        except ProcessLookupError:
-            return
-    running = _group_alive if group else _alive
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        if not running(pid):
-            return
-        try:
-            (os.killpg if group else os.kill)(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if not running(pid):
-                return
-            time.sleep(0.1)
-
-
-def pids_mentioning(text: str) -> list[int]:
-    """PIDs whose command line contains ``text`` (e.g. a port only this test uses)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if text in cmdline:
-            pids.append(int(proc.name))
-    return pids
 
 
 class Processes:
@@ -193,12 +114,6 @@ def preset_with(directory: Path, preset: str, overrides: Mapping[str, Any], name
     a TOML file or key=value pairs, not both."""
     config = tomllib.loads((REPO_DIR / "conf" / f"{preset}.toml").read_text()) | dict(overrides)
     return write_run_config(directory / f"{name or preset}.toml", config)
-
-
-def write_run_config(path: Path, config: Mapping[str, Any]) -> Path:
-    """A run config (kebab-case keys, TOML values) as a file for ``flwr run --run-config``."""
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
-    return path
 
 
 def flwr_run_command(args: list[str]) -> list[str]:
