@@ -18,7 +18,8 @@ from typing import Any
 from fedapp.data.registry import DATASET_NAMES
 from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
-from fedapp.models.cnn import available_models
+from fedapp.models.families import FAMILY_NAMES
+from fedapp.models.zoo import model_names
 from fedapp.partitions.factory import PARTITIONER_NAMES
 from fedapp.strategies.registry import STRATEGY_NAMES
 
@@ -26,6 +27,8 @@ DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine")
 #: FEAST's training rule and its ablations (paper Table 6): which variants train per mini-batch.
 TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
+#: SuperFedNAS/DeepFedNAS transfers: draw subnets from the whole space or the affordable set.
+SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained")
 
 
 class ConfigError(ValueError):
@@ -80,8 +83,13 @@ class RunConfig:
     mix_batches: bool
     anchor_variants: str
     # weight-sharing baselines on the ResNet18 substrate: HeteroFL, ScaleFL, FIARSE
+    substrate: str
     # SuperFedNAS / DeepFedNAS transfers on the FEAST supernet
+    subnet_sampling: str
+    maxnet_decay_fraction: float
+    maxnet_weight_examples: bool
     # FedKD-NAS and its client NAS controller (Local-KD shares them)
+    nas_family: str
     # FedMD, FedDistill (public-set logit methods)
     # FedDF, Ditto
     # evaluation and outputs
@@ -146,7 +154,7 @@ _CHECKS: dict[str, Check] = {
     "zipf_s": _at_least(0),
     "gamma": _at_least(0),
     "allocation_cap": _positive(),
-    "model": _one_of(available_models()),
+    "model": _one_of(model_names()),
     "local_epochs": _at_least(1),
     "batch_size": _at_least(1),
     "learning_rate": _positive(),
@@ -156,6 +164,7 @@ _CHECKS: dict[str, Check] = {
     "device": _one_of(DEVICES),
     "supernet": _one_of(yaml_names(SUPERNETS_DIR)),
     "variant_cache": _one_of(yaml_names(CACHES_DIR)),
+    "substrate": _one_of(yaml_names(SUPERNETS_DIR)),
     "training_rule": _one_of(TRAINING_RULES),
     "kd_weight": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "grad_clip": _positive(),
@@ -163,6 +172,11 @@ _CHECKS: dict[str, Check] = {
         lambda v: v == "" or all(p.strip().isdigit() for p in v.split(",")),
         "empty (5 evenly spaced variants) or comma-separated cache indices like '0,3,9'",
     ),
+    # SuperFedNAS / DeepFedNAS transfers
+    "subnet_sampling": _one_of(SUBNET_SAMPLINGS),
+    "maxnet_decay_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    # FedKD-NAS / Local-KD
+    "nas_family": _one_of(("auto", *FAMILY_NAMES)),
     "eval_every": _at_least(1),
 }
 

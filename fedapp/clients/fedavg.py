@@ -14,7 +14,7 @@ from fedapp.clients.training import (
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
-from fedapp.models.cnn import build_cnn
+from fedapp.models.zoo import build_model
 from fedapp.profiles import LocalNode
 
 
@@ -23,7 +23,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     info = population(cfg).info
     server_round = int(message.content[CONFIG]["server-round"])
     lr = float(message.content[CONFIG]["learning-rate"])
-    model = build_cnn(cfg.model, info.channels, info.num_classes)
+    model = build_model(cfg.model, info)
     load_into(model, message.content[ARRAYS])
     generator = seed_local_work(cfg.seed, server_round, node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)

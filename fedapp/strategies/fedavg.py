@@ -13,8 +13,8 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.federated_data import population
 from fedapp.messages import load_state
-from fedapp.models.cnn import SmallCNN, build_cnn
 from fedapp.models.slicing import SliceAccumulator
+from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.strategies.base import HeterogeneousStrategy, State
 from fedapp.strategies.replies import ValidReply
@@ -30,8 +30,8 @@ class FedAvgStrategy(HeterogeneousStrategy):
         self.info = population(cfg).info
         self.device = resolve_device(cfg.device)
 
-    def _model(self) -> SmallCNN:
-        return build_cnn(self.cfg.model, self.info.channels, self.info.num_classes)
+    def _model(self) -> torch.nn.Module:
+        return build_model(self.cfg.model, self.info)
 
     def initial_state(self) -> State:
         torch.manual_seed(self.cfg.seed)

@@ -1,0 +1,93 @@
+"""Candidate families of the client NAS controller: exact costs, shapes, budgets, the model key."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from local_grid import run_config
+
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.data.registry import DatasetInfo
+from fedapp.models.families import (
+    FAMILY_NAMES,
+    affordable,
+    build_candidate,
+    candidate_names,
+    family_candidates,
+    largest_affordable,
+    run_family,
+)
+from fedapp.models.routing import BudgetError
+from fedapp.models.zoo import build_model
+
+MNIST = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", False)
+DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
+CIFAR = DatasetInfo("cifar10", 10, 3, 32, (0.5,) * 3, (0.25,) * 3, "cifar", True)
+
+
+def test_lenet5_costs_match_the_hand_count() -> None:
+    # 28x28 MNIST: conv 6@5x5 pad 2 -> 28x28, pool -> 14, conv 16@5x5 -> 10, pool -> 5
+    macs = 6 * 28 * 28 * 25 + 16 * 10 * 10 * 6 * 25 + 400 * 120 + 120 * 84 + 84 * 10
+    params = (6 * 25 + 6) + (16 * 150 + 16) + (400 * 120 + 120) + (120 * 84 + 84) + (84 * 10 + 10)
+    lenet = {c.name: c for c in family_candidates("lenet5", MNIST, 32)}["lenet5-x1.0"]
+    assert (lenet.macs, lenet.params) == (macs, params) == (416_520, 61_706)
+    # half width: 3 and 8 channels, 60 and 42 hidden units
+    half = {c.name: c for c in family_candidates("lenet5", MNIST, 32)}["lenet5-x0.5"]
+    assert half.macs == 3 * 784 * 25 + 8 * 100 * 75 + 200 * 60 + 60 * 42 + 42 * 10
+
+
+@pytest.mark.parametrize("info", [MNIST, DIGITS, CIFAR], ids=lambda i: i.name)
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_every_candidate_builds_for_the_input_and_is_sorted_by_macs(family, info) -> None:
+    candidates = family_candidates(family, info, batch_size=8)
+    assert [c.macs for c in candidates] == sorted(c.macs for c in candidates)
+    assert all(c.family == family for c in candidates)
+    smallest = build_candidate(candidates[0].name, info).eval()
+    with torch.no_grad():
+        out = smallest(torch.zeros(2, info.channels, info.image_size, info.image_size))
+    assert out.shape == (2, info.num_classes)
+    assert sum(p.numel() for p in smallest.parameters()) == candidates[0].params
+
+
+def test_wider_candidates_cost_more_and_memory_grows_with_the_batch() -> None:
+    small = family_candidates("mobilenetv2", MNIST, batch_size=8)
+    large = family_candidates("mobilenetv2", MNIST, batch_size=64)
+    assert [c.multiplier for c in small] == [0.25, 0.35, 0.5, 0.75, 1.0]
+    assert all(a.params < b.params for a, b in itertools.pairwise(small))
+    pairs = zip(small, large, strict=True)
+    assert all(s.train_memory_bytes < g.train_memory_bytes for s, g in pairs)
+    # weights + gradients + momentum are the floor of the estimate
+    assert all(c.train_memory_bytes > 12 * c.params for c in small)
+
+
+def test_affordable_respects_macs_and_memory_budgets() -> None:
+    candidates = family_candidates("lenet5", MNIST, 32)
+    budget = candidates[2].macs
+    assert [c.name for c in affordable(candidates, budget)] == [c.name for c in candidates[:3]]
+    memory = candidates[1].train_memory_bytes
+    assert [c.name for c in affordable(candidates, budget, memory)] == [
+        c.name for c in candidates[:2]
+    ]
+    assert largest_affordable(candidates, budget + 1).name == candidates[2].name
+    with pytest.raises(BudgetError, match=r"below the smallest candidate lenet5-x0\.25"):
+        largest_affordable(candidates, candidates[0].macs - 1)
+
+
+def test_auto_family_follows_the_data_set_and_the_key_is_checked() -> None:
+    assert run_family(parse_run_config(run_config(dataset="digits"))) == "lenet5"
+    assert run_family(parse_run_config(run_config(dataset="cifar10"))) == "mobilenetv2"
+    chosen = parse_run_config(run_config(nas_family="shufflenetv2"))
+    assert run_family(chosen) == "shufflenetv2"
+    with pytest.raises(ConfigError, match="nas-family"):
+        parse_run_config(run_config(nas_family="vgg"))
+
+
+def test_model_key_accepts_candidates_through_one_builder() -> None:
+    assert "lenet5-x0.5" in candidate_names()
+    assert parse_run_config(run_config(model="lenet5-x0.5")).model == "lenet5-x0.5"
+    assert isinstance(build_model("lenet5-x0.5", DIGITS), torch.nn.Module)
+    assert build_model("cnn-small", DIGITS)(torch.zeros(1, 1, 8, 8)).shape == (1, 10)
+    with pytest.raises(ConfigError, match="'model'"):
+        parse_run_config(run_config(model="lenet7"))
