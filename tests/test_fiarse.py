@@ -1,0 +1,117 @@
+"""FIARSE: magnitude top-k masks, the threshold-controlled biased gradient, sparse delta
+aggregation, and a two-round federation on real digits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedapp.models.masks import (
+    MaskFamily,
+    apply_mask,
+    mac_fraction,
+    masked_names,
+    masked_weight,
+    value_costs,
+)
+
+
+class Tiny(nn.Module):
+    """conv (no bias) -> BN -> global pool -> linear (with bias), on 1x5x5 inputs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(2)
+        self.fc = nn.Linear(2, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.bn(self.conv(x)).mean(dim=(2, 3)))
+
+
+def test_masked_tensors_are_conv_and_linear_parameters_never_bn() -> None:
+    model = Tiny()
+    assert masked_names(model) == ["conv.weight", "fc.weight", "fc.bias"]
+    costs = value_costs(model, torch.zeros(1, 1, 5, 5))
+    # A conv weight value runs once per output position (5x5), a linear weight once, a bias never.
+    assert costs == {"conv.weight": 25, "fc.weight": 1, "fc.bias": 0}
+    assert model.training  # the probe pass leaves the mode as it was
+
+
+def _hand_state() -> dict[str, np.ndarray]:
+    return {
+        "a": np.array([0.9, -0.1, 0.5, 0.3], np.float32),  # cost 10 per value
+        "b": np.array([[0.8, -0.4], [0.2, 0.05]], np.float32),  # cost 1 per value
+        "bias": np.array([0.6], np.float32),  # cost 0
+        "bn": np.array([0.01, 5.0], np.float32),  # not masked
+    }
+
+
+def test_top_k_is_global_over_layers_and_capped_by_mac_level() -> None:
+    state = _hand_state()
+    family = MaskFamily.of(state, {"a": 10, "b": 1, "bias": 0})
+    assert family.full_macs == 4 * 10 + 4 * 1
+    # Descending: .9(a,10) .8(b,1) .6(bias,0) .5(a,10) .4(b,1) .3(a,10) .2(b,1) .1(a,10) .05(b,1)
+    # cumulative:   10      11      11        21      22      32      33      43      44
+    assert family.threshold(21) == pytest.approx(0.5)
+    assert family.kept_counts(0.5) == {"a": 2, "b": 1, "bias": 1}
+    assert family.effective_macs(0.5) == 21
+    assert family.threshold(20.9) == pytest.approx(0.6)  # 0.5 would exceed the level
+    assert family.effective_macs(family.threshold(20.9)) == 11
+    assert family.threshold(9) == float("inf")  # not even the largest value fits
+    assert family.kept_values(family.threshold(1e9)) == 9  # everything
+    assert family.effective_macs(family.threshold(44)) == 44
+    masked = apply_mask(state, ["a", "b", "bias"], 0.5)
+    np.testing.assert_array_equal(masked["a"], np.float32([0.9, 0, 0.5, 0]))
+    np.testing.assert_array_equal(masked["b"], np.float32([[0.8, 0], [0, 0]]))
+    np.testing.assert_array_equal(masked["bn"], state["bn"])  # BN untouched
+
+
+def test_a_tie_at_the_cut_is_dropped_whole() -> None:
+    state = {"w": np.array([0.7, 0.4, 0.4, 0.1], np.float32)}
+    family = MaskFamily.of(state, {"w": 1})
+    # Level 2 reaches one of the two 0.4s; |w| >= 0.4 would keep both (3 MACs): keep only 0.7.
+    assert family.threshold(2) == pytest.approx(0.7)
+    assert family.threshold(3) == pytest.approx(0.4)
+
+
+def test_kept_fraction_follows_the_budget_in_macs() -> None:
+    assert mac_fraction(25, 100) == 0.25
+    assert mac_fraction(250, 100) == 1.0  # capped
+    rng = np.random.default_rng(0)
+    state = {"a": rng.normal(size=400).astype(np.float32), "b": rng.normal(size=100)}
+    family = MaskFamily.of(state, {"a": 3, "b": 1})
+    for budget in (50, 300, 700, 1299, 5000):
+        t = family.threshold_for_budget(budget)
+        level = mac_fraction(budget, family.full_macs) * family.full_macs
+        assert family.effective_macs(t) <= level
+        # Keeping one more value (the next largest) would exceed the level (or nothing is left).
+        nxt = family.descending[family.descending < t]
+        if len(nxt):
+            assert family.effective_macs(float(nxt[0])) > level
+
+
+def test_biased_gradient_on_kept_weights_and_zero_on_masked() -> None:
+    t = 0.5
+    w = torch.tensor([0.5, 1.0, 0.2, -2.0, -0.5], requires_grad=True)
+    c = torch.tensor([1.0, 2.0, 3.0, -1.0, 4.0])
+    effective = masked_weight(w, t)
+    np.testing.assert_allclose(effective.detach(), [0.5, 1.0, 0.0, -2.0, -0.5])
+    (effective * c).sum().backward()
+    # dL/dw = c * (1 + 2t|w| / (|w| + t)^2) where |w| >= t, else 0.
+    expected = [
+        1.0 * 1.5,  # at the threshold: 1 + 2*.5*.5/1 = 1.5
+        2.0 * (1 + 2 * 0.5 * 1.0 / 1.5**2),
+        0.0,  # masked: no straight-through gradient
+        -1.0 * (1 + 2 * 0.5 * 2.0 / 2.5**2),  # sign of w does not flip the factor
+        4.0 * 1.5,
+    ]
+    np.testing.assert_allclose(w.grad, expected, rtol=1e-6)
+
+
+def test_zero_threshold_gives_the_plain_gradient() -> None:
+    w = torch.tensor([0.0, 0.3, -1.2], requires_grad=True)
+    (masked_weight(w, 0.0) * torch.tensor([2.0, 3.0, 5.0])).sum().backward()
+    np.testing.assert_allclose(w.grad, [2.0, 3.0, 5.0])  # 0/0 at w = 0 is zeroed, not nan
