@@ -23,6 +23,7 @@ from fedapp.data.transforms import mix_batch, mixed_cross_entropy
 from fedapp.feast_space import ModelSpace, model_space
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.models.arch import Arch
 from fedapp.models.cache import Variant
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
@@ -49,6 +50,11 @@ class CoTrainingPlan:
     largest: Variant  # largest affordable a_max
     intermediates: tuple[Variant, ...]  # affordable, MACs strictly between the two
     rule: str
+
+    @classmethod
+    def single(cls, variant: Variant) -> CoTrainingPlan:
+        """Plain supervised training of one variant: one pass per mini-batch, no KD."""
+        return cls(variant, variant, (), "max")
 
     @property
     def num_passes(self) -> int:
@@ -131,9 +137,7 @@ def co_training_step(
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round: rebuild the routed sub-supernet from the payload, co-train, send it back."""
-    started = time.perf_counter()
-    info = population(cfg).info
-    space = model_space(cfg, info)
+    space = model_space(cfg, population(cfg).info)
     config = message.content[CONFIG]
     affordable = [int(i) for i in config["affordable"]]
     plan = plan_for(space, affordable, cfg.training_rule)
@@ -142,6 +146,18 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         if bool(config["routed"])
         else space.config.max_arch()
     )
+    return train_plan(message, cfg, node, bounds, plan)
+
+
+def train_plan(
+    message: Message, cfg: RunConfig, node: LocalNode, bounds: Arch, plan: CoTrainingPlan
+) -> RecordDict:
+    """Local epochs of ``plan`` on the sub-supernet ``bounds`` loaded from the payload; the reply
+    holds its whole tensor set, the loss, and the compute proxy (3 x forward MACs x examples)."""
+    started = time.perf_counter()
+    info = population(cfg).info
+    space = model_space(cfg, info)
+    config = message.content[CONFIG]
     model = ElasticResNet(space.config, bounds)
     load_into(model, message.content[ARRAYS])
     device = resolve_device(cfg.device)

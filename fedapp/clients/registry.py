@@ -17,6 +17,8 @@ Trainer = Callable[[Message, RunConfig, LocalNode], RecordDict]
 _TRAINERS: dict[str, str] = {
     "fedavg": "fedapp.clients.fedavg:train",
     "feast": "fedapp.clients.feast:train",
+    "superfednas": "fedapp.clients.maxnet:train",
+    "deepfednas": "fedapp.clients.maxnet:train",
 }
 
 

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 _STRATEGIES: dict[str, str] = {
     "fedavg": "fedapp.strategies.fedavg:FedAvgStrategy",
     "feast": "fedapp.strategies.feast:FeastStrategy",
+    "superfednas": "fedapp.strategies.maxnet:SuperFedNasStrategy",
+    "deepfednas": "fedapp.strategies.maxnet:DeepFedNasStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(_STRATEGIES)
 
