@@ -21,6 +21,7 @@ from fedapp.models.cache import CACHES_DIR
 from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.factory import PARTITIONER_NAMES
+from fedapp.strategies.logit_fusion import LOGIT_AGGREGATIONS
 from fedapp.strategies.registry import STRATEGY_NAMES
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -84,14 +85,46 @@ class RunConfig:
     anchor_variants: str
     # weight-sharing baselines on the ResNet18 substrate: HeteroFL, ScaleFL, FIARSE
     substrate: str
+    fiarse_grid_points: int
+    scalefl_exit_convs: int
+    scalefl_kd_gamma: float
+    scalefl_kd_temperature: float
     # SuperFedNAS / DeepFedNAS transfers on the FEAST supernet
     subnet_sampling: str
     maxnet_decay_fraction: float
     maxnet_weight_examples: bool
     # FedKD-NAS and its client NAS controller (Local-KD shares them)
     nas_family: str
+    nas_lambda: float
+    nas_margin: float
+    nas_keep: int
+    nas_holdout: float
+    nas_memory_mb: float
+    kd_alpha: float
+    kd_temperature: float
+    teacher_beta: float
+    ema_gamma: float
+    logit_aggregation: str
+    trim_fraction: float
+    teacher_epochs: int
+    teacher_model: str
     # FedMD, FedDistill (public-set logit methods)
+    alignment_size: int
+    pretrain_public_epochs: int
+    pretrain_private_epochs: int
+    digest_epochs: int
+    revisit_epochs: int
+    feddistill_weight: float
+    feddistill_exclude_own: bool
     # FedDF, Ditto
+    distill_steps: int
+    distill_eval_every: int
+    distill_patience: int
+    distill_batch_size: int
+    distill_lr: float
+    distill_grad_clip: float
+    distill_temperature: float
+    ditto_lambda: float
     # evaluation and outputs
     eval_every: int
     out_dir: str
@@ -165,6 +198,10 @@ _CHECKS: dict[str, Check] = {
     "supernet": _one_of(yaml_names(SUPERNETS_DIR)),
     "variant_cache": _one_of(yaml_names(CACHES_DIR)),
     "substrate": _one_of(yaml_names(SUPERNETS_DIR)),
+    "fiarse_grid_points": _at_least(2),
+    "scalefl_exit_convs": _at_least(0),
+    "scalefl_kd_gamma": _at_least(0),
+    "scalefl_kd_temperature": _positive(),
     "training_rule": _one_of(TRAINING_RULES),
     "kd_weight": (lambda v: 0 <= v <= 1, "in [0, 1]"),
     "grad_clip": _positive(),
@@ -177,6 +214,38 @@ _CHECKS: dict[str, Check] = {
     "maxnet_decay_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
     # FedKD-NAS / Local-KD
     "nas_family": _one_of(("auto", *FAMILY_NAMES)),
+    "nas_lambda": _at_least(0),
+    "nas_margin": _at_least(0),
+    "nas_keep": _at_least(1),
+    "nas_holdout": (lambda v: 0 < v <= 0.5, "in (0, 0.5]"),
+    "nas_memory_mb": _at_least(0),
+    "kd_alpha": _at_least(0),
+    "kd_temperature": _positive(),
+    "teacher_beta": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "ema_gamma": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "logit_aggregation": _one_of(LOGIT_AGGREGATIONS),
+    "trim_fraction": (lambda v: 0 <= v < 0.5, "in [0, 0.5)"),
+    "teacher_epochs": _at_least(0),
+    "teacher_model": (
+        lambda v: v == "" or v in model_names(),
+        "empty (the family's largest candidate) or a model name: " + ", ".join(model_names()),
+    ),
+    # FedDF, Ditto
+    "distill_steps": _at_least(1),
+    "distill_eval_every": _at_least(1),
+    "distill_patience": _at_least(1),
+    "distill_batch_size": _at_least(1),
+    "distill_lr": _positive(),
+    "distill_grad_clip": _positive(),
+    "distill_temperature": _positive(),
+    "ditto_lambda": _at_least(0),
+    # FedMD, FedDistill
+    "alignment_size": _at_least(1),
+    "pretrain_public_epochs": _at_least(0),
+    "pretrain_private_epochs": _at_least(0),
+    "digest_epochs": _at_least(1),
+    "revisit_epochs": _at_least(0),
+    "feddistill_weight": _at_least(0),
     "eval_every": _at_least(1),
 }
 
@@ -213,6 +282,12 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         problems.append(
             f"'min-train-clients' = {cfg.min_train_clients} asks for more clients per round than "
             f"'num-clients' = {cfg.num_clients}: allowed is 1 to num-clients"
+        )
+    if cfg.strategy == "fedmd" and cfg.alignment_size > cfg.public_size:
+        problems.append(
+            f"'alignment-size' = {cfg.alignment_size} is larger than 'public-size' = "
+            f"{cfg.public_size}: FedMD draws its alignment subsets from the public set, so "
+            "allowed is 1 to public-size"
         )
     if cfg.resume and not cfg.run_name:
         problems.append(

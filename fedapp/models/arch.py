@@ -34,6 +34,26 @@ def make_divisible(value: float, divisor: int = 8, min_value: int | None = None)
     return rounded
 
 
+def round_channels(value: float, rule: str, divisor: int) -> int:
+    """Channels of a scaled layer by the configuration's rule.
+
+    ``divisible``: FEAST/OFA's :func:`make_divisible`; ``ceil``: HeteroFL's and ScaleFL's
+    ``ceil(multiplier x channels)`` with no divisor (the product is rounded to 9 decimals first so
+    that float noise such as 0.6 x 5 = 3.0000000000000004 does not add a channel).
+    """
+    if rule == "ceil":
+        return max(1, math.ceil(round(value, 9)))
+    return make_divisible(value, divisor)
+
+
+#: Channel rounding rules a supernet configuration may name (see :func:`round_channels`).
+CHANNEL_ROUNDING = ("divisible", "ceil")
+#: Shortcut styles: ``projection`` = AvgPool + 1x1 conv + BN in every stage's first block (FEAST);
+#: ``identity`` = identity unless the stride or the channel count changes, then a strided 1x1 conv
+#: + BN (ResNet18 as in HeteroFL and ScaleFL).
+SHORTCUTS = ("projection", "identity")
+
+
 def ceil_div(size: int, stride: int) -> int:
     """Spatial size after a stride: 3x3 convs with padding 1 and ceil-mode pooling agree on it."""
     return -(-size // stride)
@@ -102,6 +122,8 @@ class SupernetConfig:
     stem_stride: int = 1
     stem_pool: int = 1
     divisor: int = 8
+    channel_rounding: str = "divisible"
+    shortcut: str = "projection"
     bn_momentum: float = 0.1
     bn_eps: float = 1e-5
     #: Free-form notes from the YAML (e.g. which data set the configuration is meant for).
@@ -117,6 +139,12 @@ class SupernetConfig:
             raise ValueError(f"supernet {self.name}: stage_channels and stage_strides differ")
         if self.max_extra_blocks < 0:
             raise ValueError(f"supernet {self.name}: max_extra_blocks must be >= 0")
+        if self.channel_rounding not in CHANNEL_ROUNDING:
+            raise ValueError(
+                f"supernet {self.name}: channel_rounding must be one of {CHANNEL_ROUNDING}"
+            )
+        if self.shortcut not in SHORTCUTS:
+            raise ValueError(f"supernet {self.name}: shortcut must be one of {SHORTCUTS}")
         for name in ("width_multipliers", "expand_ratios"):
             values = getattr(self, name)
             if not values or list(values) != sorted(set(values)) or values[0] <= 0:
@@ -147,8 +175,12 @@ class SupernetConfig:
     def channel_table(self) -> np.ndarray:
         """``[position, w_index] -> channels`` for the stem (row 0) and each stage."""
         bases = (self.stem_channels, *self.stage_channels)
+        multipliers = self.width_multipliers
         return np.array(
-            [[make_divisible(b * m, self.divisor) for m in self.width_multipliers] for b in bases],
+            [
+                [round_channels(b * m, self.channel_rounding, self.divisor) for m in multipliers]
+                for b in bases
+            ],
             dtype=np.int64,
         )
 
@@ -156,19 +188,38 @@ class SupernetConfig:
     def mid_table(self) -> np.ndarray:
         """``[stage, w_index, e_index] -> middle channels`` of a block at that width/expansion.
 
-        ``make_divisible(out * e)`` on the unrounded product: rounding the product first (as the
+        The rounding rule applied to ``out * e`` unrounded: rounding the product first (as the
         spec's prose has it) miscounts 31 of the 56 reference-cache rows; this recounts all 56.
+        A ResNet BasicBlock is the family's block at expansion 1 (middle = output channels).
         """
         out = self.channel_table[1:]
         return np.array(
             [
                 [
-                    [make_divisible(int(c) * e, self.divisor) for e in self.expand_ratios]
+                    [
+                        round_channels(int(c) * e, self.channel_rounding, self.divisor)
+                        for e in self.expand_ratios
+                    ]
                     for c in row
                 ]
                 for row in out
             ],
             dtype=np.int64,
+        )
+
+    @cached_property
+    def projected(self) -> tuple[bool, ...]:
+        """Per stage: whether its first block's shortcut is a 1x1 projection (else identity).
+
+        Decided on the full-width channels, so every sub-model has the same layers; an identity
+        shortcut then needs equal widths on both of its ends (see :meth:`validate`).
+        """
+        if self.shortcut == "projection":
+            return (True,) * self.num_stages
+        ins = (self.stem_channels, *self.stage_channels[:-1])
+        return tuple(
+            stride != 1 or cin != cout
+            for cin, cout, stride in zip(ins, self.stage_channels, self.stage_strides, strict=True)
         )
 
     # ---- architectures -------------------------------------------------------------------------
@@ -217,6 +268,12 @@ class SupernetConfig:
         top = len(self.width_multipliers) - 1
         if any(not 0 <= x <= top for x in arch.w):
             raise ValueError(f"width indices {list(arch.w)} must lie in 0..{top}")
+        for j, projected in enumerate(self.projected):
+            if not projected and arch.w[j] != arch.w[j + 1]:
+                raise ValueError(
+                    f"width indices {list(arch.w)}: stage {j} starts with an identity shortcut, "
+                    f"so its width index must equal the one before it"
+                )
         e = tuple(self.expand_ratios[self.expand_index(x)] for x in arch.e)
         return Arch(d=tuple(int(x) for x in arch.d), e=e, w=tuple(int(x) for x in arch.w))
 

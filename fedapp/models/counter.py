@@ -61,15 +61,18 @@ def count_population(config: SupernetConfig, genes: np.ndarray) -> tuple[np.ndar
     g = geometry(config, genes)
     k2 = config.stem_kernel**2
     area = g.size**2
-    # First block: conv1 (cin->mid), conv2 (mid->cout), projection 1x1 (cin->cout).
-    first_macs = (9 * g.cin * g.mid + 9 * g.mid * g.cout + g.cin * g.cout) * area
+    projected = np.asarray(config.projected, dtype=np.int64)
+    # First block: conv1 (cin->mid), conv2 (mid->cout), projection 1x1 (cin->cout) if any.
+    first_macs = (9 * g.cin * g.mid + 9 * g.mid * g.cout + projected * g.cin * g.cout) * area
     other_macs = g.depth * 18 * g.cout * g.mid * area
     macs = (
         config.in_channels * g.stem * k2 * config.stem_conv_size**2
         + (first_macs + other_macs).sum(axis=1)
         + g.cout[:, -1] * config.num_classes
     )
-    first_params = 9 * g.cin * g.mid + 2 * g.mid + 9 * g.mid * g.cout + g.cin * g.cout + 4 * g.cout
+    first_params = (9 * g.cin * g.mid + 2 * g.mid + 9 * g.mid * g.cout + 2 * g.cout) + projected * (
+        g.cin * g.cout + 2 * g.cout
+    )
     other_params = g.depth * (18 * g.cout * g.mid + 2 * g.mid + 2 * g.cout)
     params = (
         config.in_channels * g.stem * k2

@@ -116,12 +116,14 @@ class Stem(nn.Module):
 
 
 class Projection(nn.Module):
-    """Shortcut of a stage's first block: average-pool by the stride, then a 1x1 conv and BN."""
+    """Projecting shortcut of a stage's first block: a 1x1 conv and BN, reducing by the stride
+    through an average pool before the conv (FEAST) or the conv's own stride (ResNet18)."""
 
     def __init__(self, config: SupernetConfig, cin: int, cout: int, stride: int, kit: LayerKit):
         super().__init__()
-        self.pool = nn.AvgPool2d(stride, ceil_mode=True) if stride > 1 else nn.Identity()
-        self.conv = kit.conv(cin, cout, 1, 1)
+        pooled = config.shortcut == "projection" and stride > 1
+        self.pool = nn.AvgPool2d(stride, ceil_mode=True) if pooled else nn.Identity()
+        self.conv = kit.conv(cin, cout, 1, 1 if pooled else stride)
         self.bn = kit.bn(cout, config.bn_eps, config.bn_momentum)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,7 +140,7 @@ class Block(nn.Module):
         mid: int,
         cout: int,
         stride: int,
-        first: bool,
+        projected: bool,
         kit: LayerKit,
     ) -> None:
         super().__init__()
@@ -146,7 +148,7 @@ class Block(nn.Module):
         self.bn1 = kit.bn(mid, config.bn_eps, config.bn_momentum)
         self.conv2 = kit.conv(mid, cout, 3, 1)
         self.bn2 = kit.bn(cout, config.bn_eps, config.bn_momentum)
-        self.shortcut = Projection(config, cin, cout, stride, kit) if first else None
+        self.shortcut = Projection(config, cin, cout, stride, kit) if projected else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
@@ -166,12 +168,9 @@ class ResNet(nn.Module):
         stages = []
         cin = stem
         for j, (cout, mid, stride) in enumerate(zip(outs, mids, config.stage_strides, strict=True)):
-            blocks = [
-                Block(
-                    config, cin if b == 0 else cout, mid, cout, stride if b == 0 else 1, b == 0, kit
-                )
-                for b in range(1 + self.arch.d[j])
-            ]
+            first = Block(config, cin, mid, cout, stride, config.projected[j], kit)
+            rest = [Block(config, cout, mid, cout, 1, False, kit) for _ in range(self.arch.d[j])]
+            blocks = [first, *rest]
             stages.append(nn.ModuleList(blocks))
             cin = cout
         self.stages = nn.ModuleList(stages)
@@ -274,7 +273,7 @@ def state_shapes(config: SupernetConfig, arch: Arch) -> dict[str, tuple[int, ...
             bn(f"{prefix}.bn1", mid)
             conv(f"{prefix}.conv2", cout, mid, 3)
             bn(f"{prefix}.bn2", cout)
-            if b == 0:
+            if b == 0 and config.projected[j]:
                 conv(f"{prefix}.shortcut.conv", cout, cin, 1)
                 bn(f"{prefix}.shortcut.bn", cout)
         cin = cout
