@@ -17,14 +17,29 @@ Trainer = Callable[[Message, RunConfig, LocalNode], RecordDict]
 _TRAINERS: dict[str, str] = {
     "fedavg": "fedapp.clients.fedavg:train",
     "feast": "fedapp.clients.feast:train",
+    "fedkd-nas": "fedapp.clients.fedkd_nas:train",
+    "local-kd": "fedapp.clients.fedkd_nas:train_local_kd",
+    "fedmd": "fedapp.clients.fedmd:train",
+    "feddistill": "fedapp.clients.feddistill:train",
     "superfednas": "fedapp.clients.maxnet:train",
     "deepfednas": "fedapp.clients.maxnet:train",
+    "ditto": "fedapp.clients.ditto:train",
+    "feddf": "fedapp.clients.feddf:train",
+    "heterofl": "fedapp.clients.heterofl:train",
+    "fiarse": "fedapp.clients.fiarse:train",
+    "scalefl": "fedapp.clients.scalefl:train",
 }
 
 
 #: strategy name -> "module:function" (same signature as a trainer; the reply holds METRICS with
 #: 'accuracy', 'loss' and num-examples). Methods with a global model evaluate it on the server.
-_EVALUATORS: dict[str, str] = {}
+_EVALUATORS: dict[str, str] = {
+    "fedkd-nas": "fedapp.clients.fedkd_nas:evaluate_student",
+    "local-kd": "fedapp.clients.fedkd_nas:evaluate_student",
+    "fedmd": "fedapp.clients.kept_model:evaluate_kept_model",
+    "feddistill": "fedapp.clients.kept_model:evaluate_kept_model",
+    "ditto": "fedapp.clients.ditto:evaluate_personal",
+}
 
 
 class NoClientEvaluator(LookupError):

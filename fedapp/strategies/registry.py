@@ -14,8 +14,17 @@ if TYPE_CHECKING:
 _STRATEGIES: dict[str, str] = {
     "fedavg": "fedapp.strategies.fedavg:FedAvgStrategy",
     "feast": "fedapp.strategies.feast:FeastStrategy",
+    "fedkd-nas": "fedapp.strategies.fedkd_nas:FedKDNASStrategy",
+    "local-kd": "fedapp.strategies.fedkd_nas:LocalKDStrategy",
+    "fedmd": "fedapp.strategies.fedmd:FedMDStrategy",
+    "feddistill": "fedapp.strategies.feddistill:FedDistillStrategy",
     "superfednas": "fedapp.strategies.maxnet:SuperFedNasStrategy",
     "deepfednas": "fedapp.strategies.maxnet:DeepFedNasStrategy",
+    "ditto": "fedapp.strategies.ditto:DittoStrategy",
+    "feddf": "fedapp.strategies.feddf:FedDFStrategy",
+    "heterofl": "fedapp.strategies.heterofl:HeteroFLStrategy",
+    "fiarse": "fedapp.strategies.fiarse:FiarseStrategy",
+    "scalefl": "fedapp.strategies.scalefl:ScaleFLStrategy",
 }
 STRATEGY_NAMES: tuple[str, ...] = tuple(_STRATEGIES)
 

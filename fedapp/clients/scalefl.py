@@ -1,0 +1,133 @@
+"""ScaleFL client (Ilhan, Su, Liu, CVPR 2023): one depth-width level with early exits, trained on
+cross-entropy at every exit plus self-distillation from the level's deepest exit.
+
+The loss is the reference ``KDLoss`` weighting: exit j of L (1-based) weighs j, the deepest exit
+weighs L and carries only its cross-entropy, and the sum is divided by L(L+1)/2. Each shallower
+exit adds ``gamma * T^2 * KL(softmax(z_L / T) || softmax(z_j / T))`` averaged over batch and
+classes (``nn.KLDivLoss()``'s default 'mean'), with the teacher NOT detached, so the distillation
+gradient also reaches the deepest exit. Distillation switches on after a quarter of the rounds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+
+from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.config import RunConfig
+from fedapp.data.registry import DatasetInfo
+from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.federated_data import population
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.models.counter import Cost
+from fedapp.models.early_exits import SCALEFL_LEVELS, EarlyExitResNet, level_cost
+from fedapp.models.substrate import substrate_config
+from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
+
+#: Distillation is active in rounds after this fraction of the run (reference: ``gamma_active``).
+KD_START_FRACTION = 0.25
+
+
+def level_model(
+    cfg: RunConfig, info: DatasetInfo, level: int, seed: int | None = None
+) -> EarlyExitResNet:
+    """The run's model of one level (index into SCALEFL_LEVELS), on the run's substrate."""
+    config = substrate_config(cfg, info)
+    return EarlyExitResNet(config, SCALEFL_LEVELS, level, cfg.scalefl_exit_convs, seed=seed)
+
+
+def costs_of_levels(cfg: RunConfig, info: DatasetInfo) -> list[Cost]:
+    """Analytic MACs and parameters of every level, smallest first."""
+    config = substrate_config(cfg, info)
+    return [
+        level_cost(config, SCALEFL_LEVELS, i, cfg.scalefl_exit_convs)
+        for i in range(len(SCALEFL_LEVELS))
+    ]
+
+
+def kd_active(server_round: int, num_rounds: int) -> bool:
+    return server_round > KD_START_FRACTION * num_rounds
+
+
+def self_distillation_loss(
+    outputs: list[torch.Tensor],
+    y_a: torch.Tensor,
+    y_b: torch.Tensor,
+    lam: float,
+    *,
+    gamma: float,
+    temperature: float,
+) -> torch.Tensor:
+    """ScaleFL's local loss over a level's exits (shallow to deep) on a (possibly mixed) batch."""
+    depth = len(outputs)
+    teacher = outputs[-1]
+    total = depth * mixed_cross_entropy(teacher, y_a, y_b, lam)
+    if gamma:
+        teacher_log_p = F.log_softmax(teacher / temperature, dim=1)
+    for j, logits in enumerate(outputs[:-1], start=1):
+        term = mixed_cross_entropy(logits, y_a, y_b, lam)
+        if gamma:
+            student_log_p = F.log_softmax(logits / temperature, dim=1)
+            kl = (teacher_log_p.exp() * (teacher_log_p - student_log_p)).mean()
+            term = term + gamma * temperature**2 * kl
+        total = total + j * term
+    return total / (depth * (depth + 1) / 2)
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """One round: rebuild the level sent, train every exit, send the level back."""
+    started = time.perf_counter()
+    info = population(cfg).info
+    config = message.content[CONFIG]
+    level = int(config["level"])
+    model = level_model(cfg, info, level)
+    load_into(model, message.content[ARRAYS])
+    device = resolve_device(cfg.device)
+    model.to(device).train()
+
+    server_round = int(config["server-round"])
+    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
+    gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds) else 0.0
+    loss_sum, examples, steps = 0.0, 0, 0
+    for _ in range(cfg.local_epochs):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            if cfg.mix_batches:
+                x, y_a, y_b, lam = mix_batch(x, y, generator)
+            else:
+                y_a, y_b, lam = y, y, 1.0
+            optimizer.zero_grad(set_to_none=True)
+            loss = self_distillation_loss(
+                model.exit_logits(x),
+                y_a,
+                y_b,
+                lam,
+                gamma=gamma,
+                temperature=cfg.scalefl_kd_temperature,
+            )
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            loss_sum += loss.item() * len(y)
+            examples += len(y)
+            steps += 1
+    level_macs = costs_of_levels(cfg, info)[level].macs
+    metrics = MetricRecord(
+        {
+            NUM_EXAMPLES: len(loader.dataset),
+            "train-loss": loss_sum / max(examples, 1),
+            "train-steps": steps,
+            "train-seconds": time.perf_counter() - started,
+            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * level_macs * examples),
+            "level": level,
+        }
+    )
+    return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})
