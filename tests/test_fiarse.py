@@ -3,11 +3,20 @@ aggregation, and a two-round federation on real digits."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
+from local_grid import LocalGrid, run_config, server_context
 from torch import nn
 
+from fedapp.client_app import app as client_app
+from fedapp.clients.fiarse import full_model
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.federated_data import population
+from fedapp.messages import from_record
+from fedapp.models.counter import count
 from fedapp.models.masks import (
     MaskFamily,
     apply_mask,
@@ -16,6 +25,11 @@ from fedapp.models.masks import (
     masked_weight,
     value_costs,
 )
+from fedapp.models.substrate import substrate_config
+from fedapp.profiles import NodeRegistry
+from fedapp.server_app import run_experiment
+from fedapp.strategies.fiarse import mac_levels, sparse_delta_average
+from fedapp.strategies.registry import build_strategy
 
 
 class Tiny(nn.Module):
@@ -115,3 +129,115 @@ def test_zero_threshold_gives_the_plain_gradient() -> None:
     w = torch.tensor([0.0, 0.3, -1.2], requires_grad=True)
     (masked_weight(w, 0.0) * torch.tensor([2.0, 3.0, 5.0])).sum().backward()
     np.testing.assert_allclose(w.grad, [2.0, 3.0, 5.0])  # 0/0 at w = 0 is zeroed, not nan
+
+
+def test_sparse_delta_average_over_the_clients_that_changed_each_position() -> None:
+    old = {
+        "w": np.array([1.0, 1.0, 1.0, 1.0], np.float32),
+        "bn.num_batches_tracked": np.array(7, np.int64),
+    }
+    deltas = [
+        {"w": np.float32([0.2, 0.0, -0.4, 0.0]), "bn.num_batches_tracked": np.array(3)},
+        {"w": np.float32([0.4, 0.6, 0.0, 0.0]), "bn.num_batches_tracked": np.array(3)},
+    ]
+    new = sparse_delta_average(old, deltas)
+    # position 0: both changed it -> +0.3; 1 and 2: one client each -> its delta (not halved);
+    # 3: nobody -> unchanged. Step counters keep their value.
+    np.testing.assert_allclose(new["w"], [1.3, 1.6, 0.6, 1.0], rtol=1e-6)
+    assert new["w"].dtype == np.float32
+    assert int(new["bn.num_batches_tracked"]) == 7
+
+
+def test_mac_levels_span_smallest_budget_to_full_model() -> None:
+    assert mac_levels(10, 100, 4) == [10.0, 40.0, 70.0, 100.0]
+    assert mac_levels(500, 100, 4) == [100.0]  # a budget above the full model is capped
+
+
+DIGITS_FIARSE = {
+    "strategy": "fiarse",
+    "dataset": "digits",
+    "partitioner": "iid",
+    "budget_min": 2e5,
+    "budget_max": 6e6,
+    "validation_size": 200,
+    "test_size": 300,
+    "calibration_size": 50,
+    "batch_size": 32,
+    "local_epochs": 1,
+    "fiarse_grid_points": 4,
+    "eval_every": 2,
+}
+
+
+def test_effective_macs_of_the_full_model_equal_the_analytic_count() -> None:
+    cfg = parse_run_config(run_config(**DIGITS_FIARSE))
+    info = population(cfg).info
+    config = substrate_config(cfg, info)
+    model = full_model(config)
+    costs = value_costs(model, torch.zeros(1, info.channels, info.image_size, info.image_size))
+    family = MaskFamily.of({k: v.numpy() for k, v in model.state_dict().items()}, costs)
+    assert family.full_macs == count(config, config.max_arch()).macs
+    assert not any(".bn" in name for name in costs)
+
+
+def test_two_round_federation_on_digits(tmp_path) -> None:
+    config = run_config(
+        **(
+            DIGITS_FIARSE
+            | {
+                "num_clients": 3,
+                "fraction_train": 1.0,
+                "num_server_rounds": 2,
+                "out_dir": str(tmp_path),
+                "run_name": "fiarse",
+            }
+        )
+    )
+    cfg = parse_run_config(config)
+    server_context(config)
+    grid = LocalGrid(client_app, config, num_nodes=3)
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, 3, timeout=5)
+    strategy = build_strategy(cfg, nodes)
+    initial = strategy.initial_state()
+    messages = strategy.configure_round(1, initial, grid)
+    family = strategy.family(initial)
+    for m in messages:  # each node received the global model with its top-k kept, zeros elsewhere
+        budget = nodes.profiles[m.metadata.dst_node_id].budget
+        threshold = float(m.content["config"]["mask-threshold"])
+        assert threshold == family.threshold_for_budget(budget)
+        assert family.effective_macs(threshold) <= budget
+        sent = from_record(m.content["arrays"])
+        for name in strategy.masked:
+            kept = np.abs(initial[name]) >= threshold
+            np.testing.assert_array_equal(sent[name][kept], initial[name][kept])
+            assert not sent[name][~kept].any()
+    new, _ = strategy.aggregate_round(1, grid.send_and_receive(messages))
+    assert strategy.report.accepted == 3
+    smallest = min(strategy._thresholds.values())
+    for name in strategy.masked:  # values no client kept were not changed by anyone
+        untouched = np.abs(initial[name]) < smallest
+        np.testing.assert_array_equal(new[name][untouched], initial[name][untouched])
+    budgets = {p.partition_id: p.budget for p in nodes.profiles.values()}
+    for row in strategy.ledger.client_rounds:  # the ledger counts kept values, not dense zeros
+        affords_all = budgets[row["partition"]] >= family.full_macs
+        assert (row["params"] == strategy.full_params) == affords_all
+        assert row["params"] <= strategy.full_params
+
+    summary = run_experiment(grid, cfg)
+    assert len(summary["variants"]) == 4
+    macs = [v["macs"] for v in summary["variants"]]
+    assert macs == sorted(macs) and macs[-1] == strategy.family(initial).full_macs
+    for key in ("population_accuracy", "comm", "compute_proxy_total_macs", "resources"):
+        assert key in summary
+    assert summary["compute_proxy_total_macs"] > 0
+    for row in summary["population"]:  # served the largest grid point within its budget
+        assert row["macs"] <= row["budget"]
+    files = {p.name for p in (tmp_path / "fiarse").iterdir()}
+    assert {"variants.csv", "population.csv", "communication.csv", "accuracy_vs_macs.png"} <= files
+    assert json.loads((tmp_path / "fiarse" / "summary.json").read_text())["strategy"] == "fiarse"
+
+
+def test_grid_size_below_two_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"'fiarse-grid-points' = 1 is not allowed: must be >= 2"):
+        parse_run_config(run_config(fiarse_grid_points=1))

@@ -1,0 +1,83 @@
+"""FIARSE client (Wu et al., NeurIPS 2024): train the importance-aware sub-model, send its delta.
+
+The payload is the full-shape substrate with every masked value below the round's threshold set
+to zero; the threshold comes in the config. Each forward runs on ``w * 1[|w| >= t]`` with the
+threshold-controlled gradient (fedapp.models.masks), so masked values get exactly zero gradient,
+and plain SGD without momentum or weight decay (the authors' optimizer) keeps them bit-identical.
+The reply is ``end - start`` of every state entry (BN statistics included); the server averages
+each position over the clients whose delta there is non-zero.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flwr.app import Message, MetricRecord, RecordDict
+from torch.func import functional_call
+
+from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.config import RunConfig
+from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.federated_data import population
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.models.arch import SupernetConfig
+from fedapp.models.elastic_resnet import ElasticResNet
+from fedapp.models.masks import masked_names, masked_parameters
+from fedapp.models.substrate import substrate_config
+from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
+
+#: Config keys the server sets per client and round.
+THRESHOLD = "mask-threshold"  # keep |w| >= this
+MASK_MACS = "mask-macs"  # effective forward MACs per example of the client's mask
+
+
+def full_model(config: SupernetConfig, seed: int = 0) -> ElasticResNet:
+    """The whole substrate at full width and depth (seeded init; clients load over it)."""
+    return ElasticResNet(config, seed=seed)
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """One round of masked local SGD; the reply is the change of every state entry."""
+    started = time.perf_counter()
+    info = population(cfg).info
+    config = message.content[CONFIG]
+    threshold = float(config[THRESHOLD])
+    model = full_model(substrate_config(cfg, info))
+    load_into(model, message.content[ARRAYS])
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    device = resolve_device(cfg.device)
+    model.to(device).train()
+    names = masked_names(model)
+
+    generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    optimizer = sgd(model, float(config["learning-rate"]), momentum=0.0, weight_decay=0.0)
+    loss_sum, examples, steps = 0.0, 0, 0
+    for _ in range(cfg.local_epochs):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            if cfg.mix_batches:
+                x, y_a, y_b, lam = mix_batch(x, y, generator)
+            else:
+                y_a, y_b, lam = y, y, 1.0
+            logits = functional_call(model, masked_parameters(model, names, threshold), (x,))
+            loss = mixed_cross_entropy(logits, y_a, y_b, lam)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * len(y)
+            examples += len(y)
+            steps += 1
+    delta = {k: v.cpu() - start[k] for k, v in model.state_dict().items()}
+    metrics = MetricRecord(
+        {
+            NUM_EXAMPLES: len(loader.dataset),
+            "train-loss": loss_sum / max(examples, 1),
+            "train-steps": steps,
+            "train-seconds": time.perf_counter() - started,
+            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * float(config[MASK_MACS]) * examples),
+        }
+    )
+    return RecordDict({ARRAYS: to_record(delta), METRICS: metrics})

@@ -1,0 +1,222 @@
+"""FIARSE (Wu et al., NeurIPS 2024): importance-aware sub-models by magnitude, on the substrate.
+
+Each round the server sorts the global model's conv/linear values by magnitude once; a sampled
+client's sub-model is the global top-k whose effective MACs fit ``min(budget, full MACs)``
+(fedapp.models.masks), i.e. one scalar threshold. The client receives the full-shape tensors with
+every value below its threshold zeroed (dense on the wire; the communication ledger counts the
+values it keeps plus the unmasked BN parameters) and answers with its delta. Aggregation is the
+authors' sparse delta average: each position moves by the mean delta over the clients whose delta
+there is non-zero (unweighted, global learning rate 1), and a position nobody changed keeps its
+value. The final report serves a dense grid of MAC levels from the smallest client budget to the
+full model: each point is the global model masked by its global top-k, with its own BN
+recalibration, and population accuracy serves each client the largest point it affords.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from logging import INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.common.logger import log
+
+from fedapp.clients.fiarse import MASK_MACS, THRESHOLD, full_model
+from fedapp.clients.training import resolve_device
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import (
+    OperatingPoint,
+    evaluate_points,
+    operating_point_report,
+)
+from fedapp.federated_data import population, server_set
+from fedapp.messages import load_state
+from fedapp.models.masks import MaskFamily, apply_mask, masked_names, value_costs
+from fedapp.models.slicing import is_averaged
+from fedapp.models.substrate import substrate_config
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.strategies.replies import ValidReply
+
+#: Grid points validated every evaluation round: the smallest, the middle and the full model.
+VALIDATED_POINTS = 3
+
+
+def sparse_delta_average(global_state: State, deltas: Sequence[State]) -> State:
+    """``theta + mean`` of the deltas at each position over the clients whose delta there is
+    non-zero; positions nobody changed keep their value. Step counters are not averaged."""
+    out: State = {}
+    for name, old in global_state.items():
+        if not (is_averaged(name) and np.issubdtype(old.dtype, np.floating)):
+            out[name] = old.copy()
+            continue
+        total = np.zeros(old.shape, np.float64)
+        changed = np.zeros(old.shape, np.int64)
+        for delta in deltas:
+            total += delta[name]
+            changed += delta[name] != 0
+        mean = np.divide(total, changed, out=np.zeros_like(total), where=changed > 0)
+        out[name] = (old + mean).astype(old.dtype)
+    return out
+
+
+def mac_levels(smallest_budget: float, full_macs: int, count: int) -> list[float]:
+    """``count`` evenly spaced MAC levels from the smallest budget (capped) to the full model."""
+    low = min(float(smallest_budget), float(full_macs))
+    return sorted({float(x) for x in np.linspace(low, full_macs, count)})
+
+
+class FiarseStrategy(HeterogeneousStrategy):
+    """Magnitude-masked payloads, sparse delta averaging, a dense grid of masked models."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.info = population(cfg).info
+        self.config = substrate_config(cfg, self.info)
+        self.device = resolve_device(cfg.device)
+        self.calibration = server_set(cfg, "calibration")
+        probe = full_model(self.config)
+        size = self.info.image_size
+        self.masked = set(masked_names(probe))
+        self.costs = value_costs(probe, torch.zeros(1, self.info.channels, size, size))
+        self.full_params = sum(p.numel() for p in probe.parameters())
+        self.unmasked_params = sum(
+            p.numel() for n, p in probe.named_parameters() if n not in self.masked
+        )
+        self._family: tuple[State, MaskFamily] | None = None
+        self._thresholds: dict[int, float] = {}  # node id -> this round's threshold
+
+    def family(self, state: State) -> MaskFamily:
+        """The masks of a global state (one sort per state, reused by every client)."""
+        if self._family is None or self._family[0] is not state:
+            self._family = (state, MaskFamily.of(state, self.costs))
+        return self._family[1]
+
+    def sent_params(self, family: MaskFamily, threshold: float) -> int:
+        """Parameters a masked model carries: its kept values and every BN parameter."""
+        return family.kept_values(threshold) + self.unmasked_params
+
+    # ---- one round ------------------------------------------------------------------------------
+    def initial_state(self) -> State:
+        model = full_model(self.config, seed=self.cfg.seed)
+        return {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        threshold = self.family(global_state).threshold_for_budget(profile.budget)
+        self._thresholds[profile.node_id] = threshold
+        return apply_mask(global_state, self.masked, threshold)
+
+    def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
+        threshold = self._thresholds[profile.node_id]
+        return super().train_config(server_round, profile) | {
+            THRESHOLD: threshold,
+            MASK_MACS: self.family(self._global).effective_macs(threshold),
+        }
+
+    def reference_params(self, global_state: State) -> int:
+        return self.full_params
+
+    def payload_params(self, profile: NodeProfile, payload: State) -> int:
+        return self.sent_params(self.family(self._global), self._thresholds[profile.node_id])
+
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        return sparse_delta_average(global_state, [r.arrays for r in replies])
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def grid(self, state: State) -> list[OperatingPoint]:
+        """The masked models at ``fiarse-grid-points`` MAC levels, smallest first."""
+        family = self.family(state)
+        budgets = [p.budget for p in self.nodes.profiles.values()] or [self.cfg.budget_min]
+        points = []
+        for index, level in enumerate(
+            mac_levels(min(budgets), family.full_macs, self.cfg.fiarse_grid_points)
+        ):
+            threshold = family.threshold(level)
+            points.append(
+                OperatingPoint(
+                    index,
+                    family.effective_macs(threshold),
+                    self.sent_params(family, threshold),
+                    lambda t=threshold: self._masked_model(state, t),
+                )
+            )
+        return points
+
+    def _masked_model(self, state: State, threshold: float) -> torch.nn.Module:
+        model = full_model(self.config)
+        load_state(model, apply_mask(state, self.masked, threshold))
+        return model
+
+    def _evaluate(self, points: list[OperatingPoint], data: ImageArrays) -> list[dict[str, Any]]:
+        return evaluate_points(
+            points,
+            calibration=self.calibration,
+            data=data,
+            info=self.info,
+            batch_size=self.cfg.batch_size,
+            device=self.device,
+            seed=self.cfg.seed,
+        )
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """The full model (the grid's last point: every value kept)."""
+        row = self._evaluate(self.grid(state)[-1:], data)[0]
+        return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
+
+    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+        points = self.grid(state)
+        picked = sorted({round(x) for x in np.linspace(0, len(points) - 1, VALIDATED_POINTS)})
+        rows = self._evaluate([points[i] for i in picked], data)
+        metrics = {f"val-acc-p{r['index']}": r["accuracy"] for r in rows}
+        metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
+        metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
+        return metrics
+
+    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        points = self.grid(state)
+        rows = self._evaluate(points, data)
+        profiles = list(self.nodes.profiles.values())
+        served = {
+            p.partition_id: max(
+                (r["index"] for r in rows if r["macs"] <= p.budget), default=rows[0]["index"]
+            )
+            for p in profiles
+        }
+        family = self.family(state)
+        report = operating_point_report(
+            run_dir,
+            f"FIARSE on {self.cfg.dataset}",
+            rows,
+            served=served,
+            budgets={p.partition_id: p.budget for p in profiles},
+        )
+        params_by_client = {
+            p.partition_id: self.sent_params(family, family.threshold_for_budget(p.budget))
+            for p in profiles
+        }
+        summary = report | self.accounting_summary(run_dir, params_by_client)
+        log_points(summary)
+        return summary
+
+
+def log_points(summary: dict[str, Any]) -> None:
+    """The grid and the population accuracy on the console."""
+    log(INFO, "FIARSE masked models (test accuracy after per-point BN recalibration):")
+    for v in summary["variants"]:
+        log(
+            INFO,
+            "\tpoint %2d | %8.2fM effective MACs | %7.3fM params | %.2f%%",
+            v["index"],
+            v["macs"] / 1e6,
+            v["params"] / 1e6,
+            100 * v["accuracy"],
+        )
+    log(
+        INFO,
+        "population accuracy (largest affordable point): %.2f%%; %.3fM params per client-round",
+        100 * summary["population_accuracy"],
+        summary["comm"].get("mean_params_per_client_round", 0.0) / 1e6,
+    )
