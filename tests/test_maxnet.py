@@ -20,6 +20,7 @@ from fedapp.federated_data import client_budgets, population
 from fedapp.messages import from_record
 from fedapp.models.arch import parse_arch
 from fedapp.models.counter import count
+from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.server_app import run_experiment
@@ -254,3 +255,23 @@ def test_dropped_max_reply_leaves_a_plain_average_of_the_rest(tmp_path) -> None:
     expected = reference.result()
     for name, value in new.items():
         np.testing.assert_allclose(value, expected[name], rtol=1e-6, atol=1e-7)
+
+
+def test_unconstrained_max_client_receives_the_whole_supernet(tmp_path) -> None:
+    config, cfg = _grid(tmp_path, "superfednas", subnet_sampling="unconstrained")
+    grid = LocalGrid(client_app, config, num_nodes=4)
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, 4, timeout=5)
+    strategy = build_strategy(cfg, nodes)
+    initial = strategy.initial_state()
+    sizes = {}
+    for message in strategy.configure_round(1, initial, grid):
+        pid = nodes.profiles[message.metadata.dst_node_id].partition_id
+        sent = from_record(message.content["arrays"])
+        sizes[strategy.assigned[pid].role] = sum(a.size for a in sent.values())
+        assert {k: v.shape for k, v in sent.items()} == state_shapes(
+            strategy.space.config, strategy.assigned[pid].arch
+        )
+    # budgets are ignored: the MaxNet client gets every tensor whole, the MinNet the space's min
+    assert sizes[MAX] == sum(a.size for a in initial.values())
+    assert sizes[MIN] < sizes[RANDOM] < sizes[MAX]
