@@ -20,10 +20,15 @@ from fedapp.profiles import LocalNode
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round of local SGD on the whole model."""
+    return train_named_model(cfg.model, message, cfg, node)
+
+
+def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """Local SGD on the received weights of the named model (FedDF: the client's prototype)."""
     info = population(cfg).info
     server_round = int(message.content[CONFIG]["server-round"])
     lr = float(message.content[CONFIG]["learning-rate"])
-    model = build_model(cfg.model, info)
+    model = build_model(name, info)
     load_into(model, message.content[ARRAYS])
     generator = seed_local_work(cfg.seed, server_round, node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)

@@ -1,0 +1,135 @@
+"""Ditto client (Li et al., ICML 2021): the FedAvg update of the global model, plus a personal
+model kept on this node and pulled towards the round's global model by a proximal term.
+
+Order: PFLlib's, not the official interleaved one. The global copy trains exactly as a FedAvg
+client (fedapp.clients.fedavg, reused), then the personal model trains on the same shard for the
+same epochs with v <- v - lr * (grad F(v) + lambda * (v - w^t)), w^t = the global model received
+this round. The two updates are independent (each starts from its own model and only reads
+w^t), so the order changes nothing but which mini-batch order each one sees.
+
+The personal model lives in Flower's node state (fedapp.clients.local_state), initialised from the
+first global model this node receives; only the global copy travels back to the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+
+from fedapp.clients import fedavg
+from fedapp.clients.local_state import load_arrays, save_arrays
+from fedapp.clients.training import (
+    TrainStats,
+    eval_loader,
+    evaluate,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_loader,
+    train_supervised,
+)
+from fedapp.config import RunConfig
+from fedapp.federated_data import population, server_set
+from fedapp.messages import (
+    ARRAYS,
+    CONFIG,
+    EVAL_SPLIT,
+    METRICS,
+    NUM_EXAMPLES,
+    from_record,
+    load_state,
+)
+from fedapp.models.zoo import build_model
+from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
+
+#: node-state key of the personal model
+PERSONAL_KEY = "ditto-personal"
+#: extra seed of the personal model's local work (its data order differs from the global copy's)
+PERSONAL_STREAM = 1
+EVAL_BATCH_SIZE = 256
+
+
+def add_proximal_term(
+    optimizer: torch.optim.Optimizer, anchor: Sequence[torch.Tensor], lam: float
+) -> None:
+    """Before every step, add lam * (v - anchor) to each parameter's gradient: Ditto's proximal
+    pull of the personal model v towards the global model (anchor, in parameter order)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if len(params) != len(anchor):
+        raise ValueError(f"{len(params)} parameters but {len(anchor)} anchor tensors")
+
+    def pull(*_: object) -> None:
+        with torch.no_grad():
+            for param, target in zip(params, anchor, strict=True):
+                if param.grad is not None:
+                    param.grad.add_(param - target, alpha=lam)
+
+    optimizer.register_step_pre_hook(pull)
+
+
+def train_personal(
+    personal: nn.Module,
+    global_model: nn.Module,
+    loader: torch.utils.data.DataLoader,
+    cfg: RunConfig,
+    lr: float,
+    device: torch.device,
+) -> TrainStats:
+    """``local-epochs`` of SGD on the personal model with the proximal term towards the global
+    model's parameters (``ditto-lambda``)."""
+    personal.to(device)
+    anchor = [p.detach().to(device).clone() for p in global_model.parameters()]
+    optimizer = sgd(personal, lr, cfg.momentum, cfg.weight_decay)
+    add_proximal_term(optimizer, anchor, cfg.ditto_lambda)
+    return train_supervised(personal, loader, optimizer, cfg.local_epochs, device)
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """FedAvg's local update of the global model, then the personal model's proximal update."""
+    reply = fedavg.train(message, cfg, node)
+    info = population(cfg).info
+    server_round = int(message.content[CONFIG]["server-round"])
+    lr = float(message.content[CONFIG]["learning-rate"])
+    received = from_record(message.content[ARRAYS])
+    global_model = build_model(cfg.model, info)
+    load_state(global_model, received)
+    personal = build_model(cfg.model, info)
+    load_state(personal, load_arrays(node.state, PERSONAL_KEY) or received)
+    generator = seed_local_work(cfg.seed, server_round, node.partition_id, PERSONAL_STREAM)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    stats = train_personal(personal, global_model, loader, cfg, lr, resolve_device(cfg.device))
+    save_arrays(node.state, PERSONAL_KEY, personal.state_dict())
+    metrics = reply.metric_records[METRICS]
+    metrics["personal-train-loss"] = stats.loss
+    if COMPUTE_METRIC in metrics:  # the personal model costs what the global copy cost
+        metrics[COMPUTE_METRIC] = 2 * float(metrics[COMPUTE_METRIC])
+    metrics["train-seconds"] = float(metrics["train-seconds"]) + stats.seconds
+    return reply
+
+
+def evaluate_personal(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """This node's personal model on the server-held split the message names. A node that was
+    never sampled has no personal model and answers with zero examples (the server drops it)."""
+    kept = load_arrays(node.state, PERSONAL_KEY)
+    if kept is None:
+        return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
+    info = population(cfg).info
+    model = build_model(cfg.model, info)
+    load_state(model, kept)
+    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
+    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
+    return RecordDict(
+        {
+            METRICS: MetricRecord(
+                {
+                    NUM_EXAMPLES: int(result["examples"]),
+                    "accuracy": result["accuracy"],
+                    "loss": result["loss"],
+                }
+            )
+        }
+    )

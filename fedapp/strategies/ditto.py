@@ -1,0 +1,62 @@
+"""Ditto (Li, Hu, Beirami, Smith, ICML 2021): FedAvg for the global model, and on every client a
+personal model regularised towards it (fedapp.clients.ditto).
+
+The server side is FedAvg's (sample-weighted mean, as PFLlib's Ditto server; the official code
+adds the uniform mean of the deltas). What Ditto adds is evaluation: the global model is
+evaluated centrally, and each node evaluates its own personal model on the same server-held
+split (``client_evaluation``). Checkpoints select on the global model (the only state the server
+holds); the personal models evaluated at the end are the clients' latest ones.
+"""
+
+from __future__ import annotations
+
+from logging import INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import write_csv
+from fedapp.strategies.base import State
+from fedapp.strategies.fedavg import FedAvgStrategy
+
+PERSONAL_FILE = "personal.csv"  # one row per client: its personal model's test accuracy and loss
+
+
+class DittoStrategy(FedAvgStrategy):
+    """FedAvg plus per-round and final evaluation of the clients' personal models."""
+
+    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+        metrics = super().validation_metrics(state, data)
+        rows = self.client_evaluation("validation")
+        if rows:
+            metrics["val-personal-accuracy"] = float(np.mean([r["accuracy"] for r in rows]))
+            metrics["val-personal-loss"] = float(np.mean([r["loss"] for r in rows]))
+        return metrics
+
+    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        global_result = super().test_summary(state, data, run_dir)
+        rows = self.client_evaluation("test")
+        if rows:
+            write_csv(run_dir / PERSONAL_FILE, rows)
+        personal_accuracy = float(np.mean([r["accuracy"] for r in rows])) if rows else float("nan")
+        personal_loss = float(np.mean([r["loss"] for r in rows])) if rows else float("nan")
+        log(
+            INFO,
+            "Ditto: personal models %.2f%% (mean over %d clients), global model %.2f%%",
+            100 * personal_accuracy,
+            len(rows),
+            100 * global_result["test_accuracy"],
+        )
+        return {
+            "test_accuracy": personal_accuracy,
+            "test_loss": personal_loss,
+            "test_accuracy_is": "mean over clients of the personal model's test accuracy",
+            "personal_clients": len(rows),
+            "personal": rows,
+            "global_test_accuracy": global_result["test_accuracy"],
+            "global_test_loss": global_result["test_loss"],
+            "test_examples": global_result["test_examples"],
+        } | self.accounting_summary(run_dir)

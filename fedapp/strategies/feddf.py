@@ -1,0 +1,289 @@
+"""FedDF (Lin, Kong, Stich, Jaggi, NeurIPS 2020): heterogeneous prototypes, FedAvg per
+prototype, then server ensemble distillation into each prototype on unlabeled public images.
+
+Every client trains the largest candidate of the run's family (``nas-family``) its budget affords,
+its *prototype*. The global state holds every served prototype, its tensors named
+``<prototype>/<tensor>``; a client receives only its own prototype's tensors. Each round: uniform
+(1/n, the authors') FedAvg within each prototype, then each prototype that received models is
+distilled from the mean logits of all received models of all prototypes
+(fedapp.strategies.ensemble_distillation). The server uses only the public split's images, never
+its labels (fedapp.clients.distillation.public_images withholds them).
+
+Evaluation: each prototype on the held-out data; the reported test accuracy is the population
+accuracy (mean over clients of the accuracy of the prototype each is served), reported in the
+same operating-point format as the weight-sharing methods, with per-prototype rows.
+"""
+
+from __future__ import annotations
+
+from logging import ERROR, INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.common.logger import log
+from torch import nn
+
+from fedapp.clients.distillation import public_images
+from fedapp.clients.training import eval_loader, evaluate, resolve_device, seed_local_work
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import (
+    OperatingPoint,
+    evaluate_points,
+    operating_point_report,
+    write_csv,
+)
+from fedapp.federated_data import population, server_set
+from fedapp.messages import load_state
+from fedapp.models.families import (
+    Candidate,
+    build_candidate,
+    family_candidates,
+    largest_affordable,
+    run_family,
+)
+from fedapp.models.routing import BudgetError
+from fedapp.models.slicing import SliceAccumulator
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State, float_elements
+from fedapp.strategies.ensemble_distillation import (
+    DistillSettings,
+    distil,
+    ensemble_logits,
+)
+from fedapp.strategies.replies import ValidReply
+
+SEPARATOR = "/"  # between a prototype's name and its tensor's name in the global state
+DISTILLATION_FILE = "distillation.csv"  # per round and prototype: steps, best step, accuracies
+EVAL_BATCH_SIZE = 256
+
+
+def prototype_state(state: State, prototype: str) -> State:
+    """One prototype's tensors, under their model names."""
+    prefix = prototype + SEPARATOR
+    return {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+
+
+def prefixed(prototype: str, tensors: State) -> State:
+    """A prototype's tensors under their global-state names."""
+    return {prototype + SEPARATOR + k: v for k, v in tensors.items()}
+
+
+def uniform_average(global_state: State, replies: list[tuple[str, State]]) -> State:
+    """Per-prototype FedAvg with weight 1/n among the n models of each prototype; prototypes
+    that received nothing keep their tensors (one accumulator: their names never overlap)."""
+    accumulator = SliceAccumulator(global_state)
+    for prototype, tensors in replies:
+        accumulator.add(prefixed(prototype, tensors), weight=1.0)
+    return accumulator.result()
+
+
+class FedDFStrategy(HeterogeneousStrategy):
+    """Prototype payloads, uniform per-prototype FedAvg, server ensemble distillation."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.info = population(cfg).info
+        self.device = resolve_device(cfg.device)
+        self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
+        self.public = public_images(cfg)  # images only: labels withheld
+        self.validation = server_set(cfg, "validation")
+        self.calibration = server_set(cfg, "calibration")
+        self.settings = DistillSettings(
+            steps=cfg.distill_steps,
+            eval_every=cfg.distill_eval_every,
+            patience=cfg.distill_patience,
+            batch_size=cfg.distill_batch_size,
+            lr=cfg.distill_lr,
+            grad_clip=cfg.distill_grad_clip,
+            temperature=cfg.distill_temperature,
+        )
+        self.served: list[Candidate] = []  # the prototypes in the global state, by MACs
+        self.distillations: list[dict[str, Any]] = []
+        self._refused: set[int] = set()
+
+    # ---- prototypes ------------------------------------------------------------------------
+    def prototype_of(self, profile: NodeProfile) -> Candidate:
+        """The largest candidate of the family within the node's budget."""
+        return largest_affordable(self.candidates, profile.budget)
+
+    def eligible(self, profile: NodeProfile) -> bool:
+        """A node that affords no candidate, or (joining late) one outside the global state,
+        is left out with a logged reason."""
+        try:
+            prototype = self.prototype_of(profile)
+            if self.served and prototype not in self.served:
+                raise BudgetError(f"its prototype {prototype.name} is not in the global state")
+        except BudgetError as err:
+            if profile.node_id not in self._refused:
+                self._refused.add(profile.node_id)
+                log(ERROR, "FedDF: node %s left out: %s", profile.node_id, err)
+            return False
+        return True
+
+    def _model(self, prototype: str, tensors: State | None = None) -> nn.Module:
+        model = build_candidate(prototype, self.info)
+        if tensors is not None:
+            load_state(model, tensors)
+        return model
+
+    # ---- one round -------------------------------------------------------------------------
+    def initial_state(self) -> State:
+        """Every prototype served to a profiled node, each initialised with the run's seed."""
+        served = {self.prototype_of(p) for p in self.nodes.profiles.values() if self.eligible(p)}
+        self.served = sorted(served, key=lambda c: c.macs)
+        state: State = {}
+        for prototype in self.served:
+            torch.manual_seed(self.cfg.seed)
+            tensors = self._model(prototype.name).state_dict()
+            state |= prefixed(prototype.name, {k: v.numpy().copy() for k, v in tensors.items()})
+        return state
+
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        return prototype_state(global_state, self.prototype_of(profile).name)
+
+    def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
+        return super().train_config(server_round, profile) | {
+            "prototype": self.prototype_of(profile).name
+        }
+
+    def reference_params(self, global_state: State) -> int:
+        """What a single-model method would send: the largest served prototype."""
+        return float_elements(prototype_state(global_state, self.served[-1].name))
+
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        received = [
+            (self.prototype_of(self.nodes.profiles[r.node_id]).name, r.arrays) for r in replies
+        ]
+        averaged = uniform_average(global_state, received)
+        teacher = ensemble_logits(
+            [self._model(name, tensors) for name, tensors in received],
+            self.public,
+            self.info,
+            self.device,
+        )
+        for index, prototype in enumerate(self.served):
+            if all(name != prototype.name for name, _ in received):
+                continue
+            student = self._model(prototype.name, prototype_state(averaged, prototype.name))
+            outcome = distil(
+                student,
+                self.public,
+                teacher,
+                self.info,
+                self.settings,
+                self._validation_accuracy,
+                seed_local_work(self.cfg.seed, server_round, index),
+                self.device,
+            )
+            distilled = {k: v.detach().cpu().numpy() for k, v in student.state_dict().items()}
+            averaged |= prefixed(prototype.name, distilled)
+            row = {"round": server_round, "prototype": prototype.name} | vars(outcome)
+            self.distillations.append(row)
+            log(
+                INFO,
+                "FedDF round %d: %s distilled %d steps, validation %.2f%% (FedAvg) -> %.2f%% "
+                "(step %d)",
+                server_round,
+                prototype.name,
+                outcome.steps_run,
+                100 * outcome.start_accuracy,
+                100 * outcome.best_accuracy,
+                outcome.best_step,
+            )
+        return averaged
+
+    def _validation_accuracy(self, model: nn.Module) -> float:
+        loader = eval_loader(self.validation, self.info, EVAL_BATCH_SIZE)
+        return evaluate(model, loader, self.device)["accuracy"]
+
+    # ---- evaluation ------------------------------------------------------------------------
+    def _prototype_rows(self, state: State, data: ImageArrays) -> list[dict[str, Any]]:
+        """Each served prototype's accuracy and loss on the data (its own BN statistics)."""
+        points = [
+            OperatingPoint(
+                index,
+                prototype.macs,
+                prototype.params,
+                lambda p=prototype.name: self._model(p, prototype_state(state, p)),
+                recalibrate=False,
+            )
+            for index, prototype in enumerate(self.served)
+        ]
+        return evaluate_points(
+            points,
+            calibration=self.calibration,
+            data=data,
+            info=self.info,
+            batch_size=self.cfg.batch_size,
+            device=self.device,
+            seed=self.cfg.seed,
+        )
+
+    def _served_index(self) -> dict[int, int]:
+        """Partition id -> index (in ``served``) of the prototype the client is served."""
+        return {
+            p.partition_id: self.served.index(self.prototype_of(p))
+            for p in self.nodes.profiles.values()
+            if self.eligible(p)
+        }
+
+    def _population_mean(self, rows: list[dict[str, Any]], key: str) -> float:
+        by_index = {row["index"]: row[key] for row in rows}
+        return float(np.mean([by_index[i] for i in self._served_index().values()]))
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """Population accuracy and loss: each client's served prototype, averaged over clients."""
+        rows = self._prototype_rows(state, data)
+        return {
+            "accuracy": self._population_mean(rows, "accuracy"),
+            "loss": self._population_mean(rows, "loss"),
+            "examples": len(data.labels),
+        }
+
+    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+        rows = self._prototype_rows(state, data)
+        metrics = {f"val-acc-{self.served[r['index']].name}": r["accuracy"] for r in rows}
+        metrics["val-loss"] = self._population_mean(rows, "loss")
+        metrics[SELECTION_KEY] = self._population_mean(rows, "accuracy")
+        return metrics
+
+    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        rows = self._prototype_rows(state, data)
+        served = self._served_index()
+        report = operating_point_report(
+            run_dir,
+            f"FedDF on {self.cfg.dataset}",
+            rows,
+            served=served,
+            budgets={p.partition_id: p.budget for p in self.nodes.profiles.values()},
+        )
+        if self.distillations:
+            write_csv(run_dir / DISTILLATION_FILE, self.distillations)
+        params = {
+            i: float_elements(prototype_state(state, c.name)) for i, c in enumerate(self.served)
+        }
+        summary = report | {
+            "test_accuracy": report["population_accuracy"],
+            "test_loss": self._population_mean(rows, "loss"),
+            "test_accuracy_is": "population accuracy: mean over clients of their prototype's",
+            "largest_prototype_test_accuracy": rows[-1]["accuracy"],
+            "prototypes": [
+                {"name": self.served[r["index"]].name, "clients": list(served.values()).count(i)}
+                | r
+                for i, r in enumerate(rows)
+            ],
+            "distillation": self.distillations,
+        }
+        summary |= self.accounting_summary(
+            run_dir, {pid: params[index] for pid, index in served.items()}
+        )
+        log(
+            INFO,
+            "FedDF: population accuracy %.2f%%; per prototype %s",
+            100 * summary["test_accuracy"],
+            ", ".join(f"{p['name']} {100 * p['accuracy']:.2f}%" for p in summary["prototypes"]),
+        )
+        return summary
