@@ -3,13 +3,16 @@
 A sub-model is described completely by the shape of each of its tensors: its weights are the
 leading slices ``global[:s0, :s1, ...]`` of the global tensors. So one ``extract`` and one
 sample-weighted accumulator serve FedAvg (every slice is the whole tensor), FEAST, the
-SuperFedNAS/DeepFedNAS transfers, HeteroFL and ScaleFL alike.
+SuperFedNAS/DeepFedNAS transfers, HeteroFL and ScaleFL alike. A contribution may also be restricted
+to some rows (first axis) of its slice: HeteroFL's classifier takes only the rows of the labels a
+client holds.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import EllipsisType
 
 import numpy as np
@@ -26,6 +29,22 @@ def leading_slice(shape: tuple[int, ...]) -> tuple[slice, ...]:
 def fits(shape: tuple[int, ...], full: tuple[int, ...]) -> bool:
     """Whether a leading slice of ``shape`` exists in a tensor of shape ``full``."""
     return len(shape) == len(full) and all(s <= g for s, g in zip(shape, full, strict=True))
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """One contribution to a tensor: its leading-slice shape, weight and, if restricted, the rows
+    (indices along the first axis) it covers; ``rows=None`` covers the whole slice."""
+
+    shape: tuple[int, ...]
+    weight: float
+    rows: frozenset[int] | None = None
+
+    def covers(self, axis: int, hi: int) -> bool:
+        """Whether this arrival covers the axis interval that ends at ``hi`` (exclusive)."""
+        if axis == 0 and self.rows is not None:
+            return hi - 1 in self.rows
+        return self.shape[axis] >= hi
 
 
 def is_averaged(name: str) -> bool:
@@ -66,14 +85,21 @@ class SliceAccumulator:
         self._old = {name: np.asarray(t) for name, t in global_state.items()}
         self._out: dict[str, np.ndarray] = {}
         self._box: dict[str, tuple[int, ...]] = {}
-        self._arrivals: dict[str, list[tuple[tuple[int, ...], float]]] = {}
+        self._arrivals: dict[str, list[Arrival]] = {}
         self._taken = False
         self.total_weight = 0.0
 
-    def add(self, sub_state: Mapping[str, np.ndarray], weight: float) -> None:
-        """Add one client's slices with its sample weight (all keys must be global names).
+    def add(
+        self,
+        sub_state: Mapping[str, np.ndarray],
+        weight: float,
+        rows: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        """Add one client's slices with its weight (all keys must be global names).
 
-        Every tensor is checked before anything is added, so a bad reply changes nothing.
+        ``rows[name]`` restricts that tensor's contribution to those first-axis indices of its
+        slice: the other rows are neither summed nor counted. Every tensor is checked before
+        anything is added, so a bad reply changes nothing.
         """
         self._check_open()
         if not (weight > 0 and np.isfinite(weight)):
@@ -85,10 +111,18 @@ class SliceAccumulator:
                 raise KeyError(f"{name} is not a global tensor")
             if not fits(tensor.shape, old.shape):
                 raise ValueError(f"slice {tensor.shape} does not fit {name} of shape {old.shape}")
+        restricted = {name: _row_set(name, index, arrays) for name, index in (rows or {}).items()}
         for name, tensor in arrays.items():
             if is_averaged(name):
+                kept = restricted.get(name)
+                if kept is not None:  # rows outside the set add zero to the sum
+                    keep = np.zeros(tensor.shape[0], dtype=tensor.dtype)
+                    keep[sorted(kept)] = 1
+                    tensor = tensor * keep.reshape(-1, *(1,) * (tensor.ndim - 1))
                 self._add_one(name, tensor, weight)
-                self._arrivals.setdefault(name, []).append((tensor.shape, float(weight)))
+                self._arrivals.setdefault(name, []).append(
+                    Arrival(tensor.shape, float(weight), kept)
+                )
         self.total_weight += weight
 
     def _add_one(self, name: str, tensor: np.ndarray, weight: float) -> None:
@@ -136,21 +170,35 @@ class SliceAccumulator:
             raise RuntimeError("this accumulator's result was already taken; start a new one")
 
 
+def _row_set(name: str, index: np.ndarray, arrays: Mapping[str, np.ndarray]) -> frozenset[int]:
+    """Checked row restriction of one tensor of a reply."""
+    if name not in arrays or arrays[name].ndim == 0:
+        raise KeyError(f"row restriction for {name}, which the reply lacks or has no rows")
+    rows = frozenset(int(i) for i in np.asarray(index).ravel())
+    if any(not 0 <= i < arrays[name].shape[0] for i in rows):
+        raise ValueError(f"rows {sorted(rows)} outside {name}'s {arrays[name].shape[0]} rows")
+    return rows
+
+
 def tile_cells(
-    arrivals: list[tuple[tuple[int, ...], float]], shape: tuple[int, ...]
+    arrivals: list[Arrival], shape: tuple[int, ...]
 ) -> list[tuple[tuple[slice | EllipsisType, ...], float]]:
     """Tile a tensor of ``shape`` into cells of constant covering weight.
 
-    ``arrivals`` are the leading slices ``(shape, weight)`` that were added. Each axis is cut at
-    the distinct slice sizes; a cell is covered by every slice that reaches its far corner (a bit
-    set per axis interval, intersected per cell), and cells no slice reaches get weight 0.
+    ``arrivals`` are the leading slices that were added. Each axis is cut at the distinct slice
+    sizes (the first axis at every row when some arrival covers only some rows); a cell is
+    covered by every arrival that covers its far corner (a bit set per axis interval,
+    intersected per cell), and cells no arrival reaches get weight 0.
     """
     axes = []
     for k, n in enumerate(shape):
-        cuts = sorted({0, n, *(s[k] for s, _ in arrivals)})
+        if k == 0 and any(a.rows is not None for a in arrivals):
+            cuts = list(range(n + 1))
+        else:
+            cuts = sorted({0, n, *(a.shape[k] for a in arrivals)})
         axes.append(
             [
-                (slice(lo, hi), sum(1 << i for i, (s, _) in enumerate(arrivals) if s[k] >= hi))
+                (slice(lo, hi), sum(1 << i for i, a in enumerate(arrivals) if a.covers(k, hi)))
                 for lo, hi in itertools.pairwise(cuts)
             ]
         )
@@ -162,6 +210,6 @@ def tile_cells(
         for _, bits in cell:
             covering &= bits
         if covering not in weight_of:
-            weight_of[covering] = sum(w for i, (_, w) in enumerate(arrivals) if covering >> i & 1)
+            weight_of[covering] = sum(a.weight for i, a in enumerate(arrivals) if covering >> i & 1)
         cells.append(((*(index for index, _ in cell), ...), weight_of[covering]))
     return cells

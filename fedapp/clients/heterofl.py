@@ -1,0 +1,106 @@
+"""HeteroFL client: train the leading-slice sub-model of one width with static BN, the Scaler and
+masked cross-entropy (Diao et al., ICLR 2021; baselines-reference §1).
+
+The server sends the width and the weights (no BN statistics: static BN keeps none); the client
+trains them on its shard and replies with the weights plus the mask of the classes it holds, which
+the server needs to restrict its classifier rows when averaging.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+
+from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.config import RunConfig
+from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.federated_data import population
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.models.arch import SupernetConfig
+from fedapp.models.counter import count
+from fedapp.models.elastic_resnet import ResNet
+from fedapp.models.substrate import substrate_config, width_arch
+from fedapp.models.width_scaling import STATIC_BN, attach_scaler
+from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
+
+#: HeteroFL's width multipliers (rate letters e, d, c, b, a), smallest first.
+WIDTHS: tuple[float, ...] = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+#: Train-config key of the width a client trains.
+WIDTH_KEY = "width"
+#: Reply array: 1.0 for each class present in the client's shard, else 0.0.
+LABEL_MASK = "label-mask"
+
+
+def width_model(config: SupernetConfig, rate: float) -> ResNet:
+    """The static sub-model of one width as a client trains it: static BN, Scaler(rate)."""
+    model = ResNet(config, width_arch(config, rate), STATIC_BN)
+    attach_scaler(model, rate)
+    return model
+
+
+def class_mask(labels: np.ndarray, num_classes: int) -> torch.Tensor:
+    """Boolean mask of the classes that occur in ``labels``."""
+    mask = torch.zeros(num_classes, dtype=torch.bool)
+    mask[torch.from_numpy(np.unique(labels))] = True
+    return mask
+
+
+def masked_logits(logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+    """Logits of absent classes set to 0 (HeteroFL fills with 0, not -inf): the softmax still
+    gives them mass, but their rows receive no gradient."""
+    return logits.masked_fill(~present.to(logits.device), 0.0)
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """One round of local SGD on the node's width, then the weights and the class mask back."""
+    started = time.perf_counter()
+    info = population(cfg).info
+    config = substrate_config(cfg, info)
+    settings = message.content[CONFIG]
+    rate = float(settings[WIDTH_KEY])
+    model = width_model(config, rate)
+    load_into(model, message.content[ARRAYS])
+    device = resolve_device(cfg.device)
+    model.to(device).train()
+
+    shard = node.shard(cfg)
+    present = class_mask(shard.labels, info.num_classes)
+    generator = seed_local_work(cfg.seed, int(settings["server-round"]), node.partition_id)
+    loader = train_loader(shard, info, cfg.batch_size, generator)
+    optimizer = sgd(model, float(settings["learning-rate"]), cfg.momentum, cfg.weight_decay)
+    loss_sum, examples, steps = 0.0, 0, 0
+    for _ in range(cfg.local_epochs):
+        for x, y in loader:
+            if len(y) < 2:  # static BN cannot normalise a lone example by its batch statistics
+                continue
+            x, y = x.to(device), y.to(device)
+            if cfg.mix_batches:
+                x, y_a, y_b, lam = mix_batch(x, y, generator)
+            else:
+                y_a, y_b, lam = y, y, 1.0
+            optimizer.zero_grad(set_to_none=True)
+            loss = mixed_cross_entropy(masked_logits(model(x), present), y_a, y_b, lam)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            loss_sum += loss.item() * len(y)
+            examples += len(y)
+            steps += 1
+    macs = count(config, width_arch(config, rate)).macs
+    metrics = MetricRecord(
+        {
+            NUM_EXAMPLES: len(loader.dataset),
+            "train-loss": loss_sum / max(examples, 1),
+            "train-steps": steps,
+            "train-seconds": time.perf_counter() - started,
+            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * examples),
+        }
+    )
+    arrays = {**model.state_dict(), LABEL_MASK: present.numpy().astype(np.float32)}
+    return RecordDict({ARRAYS: to_record(arrays), METRICS: metrics})

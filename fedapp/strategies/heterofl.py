@@ -1,0 +1,199 @@
+"""HeteroFL (Diao et al., ICLR 2021), server side, on the ResNet18 substrate.
+
+Each client trains the widest of the widths {1/16, 1/8, 1/4, 1/2, 1} whose MACs fit its budget;
+it receives the leading ("top-left") slices of the global weights at that width, with every
+class row of the classifier. Replies are averaged position by position with equal weight per
+client (no sample weighting), and each client's classifier rows count only for the classes it
+holds. The global model keeps no BN statistics; before testing, each width gets them from the
+server's calibration set (HeteroFL's sBN "stats" pass).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from logging import ERROR, INFO
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from flwr.common.logger import log
+
+from fedapp.clients.heterofl import LABEL_MASK, WIDTH_KEY, WIDTHS
+from fedapp.clients.training import resolve_device
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import (
+    OperatingPoint,
+    evaluate_points,
+    operating_point_report,
+)
+from fedapp.federated_data import population, server_set
+from fedapp.messages import load_state
+from fedapp.models.counter import Cost, count
+from fedapp.models.elastic_resnet import ElasticResNet, state_shapes
+from fedapp.models.slicing import SliceAccumulator, extract
+from fedapp.models.substrate import substrate_config, width_arch
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.strategies.replies import ArraySpec, ValidReply
+
+#: The classifier tensors whose rows are restricted to a client's classes when averaging.
+CLASSIFIER = ("head.weight", "head.bias")
+#: BN buffers, which static BN neither keeps nor sends.
+_BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+class HeteroFLStrategy(HeterogeneousStrategy):
+    """Width-sliced payloads, count averaging with label-restricted classifier rows, sBN tests."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.info = population(cfg).info
+        self.config = substrate_config(cfg, self.info)
+        self.costs: dict[float, Cost] = {
+            rate: count(self.config, width_arch(self.config, rate)) for rate in WIDTHS
+        }
+        self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
+        self.device = resolve_device(cfg.device)
+        self.calibration = server_set(cfg, "calibration")
+        self._refused: set[int] = set()
+
+    def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:
+        """Shapes of a width's weights and biases: static BN sends no running statistics."""
+        shapes = state_shapes(self.config, width_arch(self.config, rate))
+        return {k: s for k, s in shapes.items() if not k.endswith(_BN_BUFFERS)}
+
+    # ---- budgets ------------------------------------------------------------------------------
+    def width_of(self, profile: NodeProfile) -> float | None:
+        """The widest width whose MACs fit the node's budget (None: not even the narrowest)."""
+        affordable = [rate for rate in WIDTHS if self.costs[rate].macs <= profile.budget]
+        return affordable[-1] if affordable else None
+
+    def eligible(self, profile: NodeProfile) -> bool:
+        """A node that cannot afford the narrowest width is left out, logged once."""
+        if self.width_of(profile) is not None:
+            return True
+        if profile.node_id not in self._refused:
+            self._refused.add(profile.node_id)
+            log(
+                ERROR,
+                "HeteroFL: node %s (partition %d) left out: budget %.0f MACs is below the "
+                "narrowest width 1/16 (%d MACs)",
+                profile.node_id,
+                profile.partition_id,
+                profile.budget,
+                self.costs[WIDTHS[0]].macs,
+            )
+        return False
+
+    def served_widths(self) -> dict[int, float]:
+        """Partition id -> width of every profiled node that can take part."""
+        widths = {p.partition_id: self.width_of(p) for p in self.nodes.profiles.values()}
+        return {pid: rate for pid, rate in widths.items() if rate is not None}
+
+    # ---- one round ------------------------------------------------------------------------------
+    def initial_state(self) -> State:
+        """The seeded full model; its BN buffers stay at their initial values (never trained)."""
+        model = ElasticResNet(self.config, seed=self.cfg.seed)
+        return {k: v.numpy().copy() for k, v in model.state_dict().items()}
+
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        return extract(global_state, self.shapes[self.width_of(profile)])
+
+    def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
+        return super().train_config(server_round, profile) | {WIDTH_KEY: self.width_of(profile)}
+
+    def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
+        return super().expected_reply(profile, payload) | {
+            LABEL_MASK: ArraySpec((self.config.num_classes,), "float32")
+        }
+
+    def reference_params(self, global_state: State) -> int:
+        return self.costs[WIDTHS[-1]].params
+
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        accumulator = SliceAccumulator(global_state)
+        for reply in replies:
+            weights = {k: v for k, v in reply.arrays.items() if k != LABEL_MASK}
+            classes = np.flatnonzero(reply.arrays[LABEL_MASK] > 0.5)
+            accumulator.add(weights, weight=1.0, rows=dict.fromkeys(CLASSIFIER, classes))
+        return accumulator.result()
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def width_rows(self, state: State, rates: tuple[float, ...], data: ImageArrays) -> list[dict]:
+        """Accuracy and loss of each width after its own BN statistics (sBN), index = position
+        in WIDTHS."""
+        supernet = ElasticResNet(self.config)
+        load_state(supernet, state)
+        points = [
+            OperatingPoint(
+                WIDTHS.index(rate),
+                self.costs[rate].macs,
+                self.costs[rate].params,
+                partial(supernet.subnet, width_arch(self.config, rate)),
+            )
+            for rate in rates
+        ]
+        return evaluate_points(
+            points,
+            calibration=self.calibration,
+            data=data,
+            info=self.info,
+            batch_size=self.cfg.batch_size,
+            device=self.device,
+            seed=self.cfg.seed,
+        )
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """The full width (what a single-model method would serve)."""
+        row = self.width_rows(state, WIDTHS[-1:], data)[0]
+        return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
+
+    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """Every width; the checkpoint is selected on their mean accuracy."""
+        rows = self.width_rows(state, WIDTHS, data)
+        metrics = {f"val-acc-w{r['index']}": r["accuracy"] for r in rows}
+        metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
+        metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
+        return metrics
+
+    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        rows = self.width_rows(state, WIDTHS, data)
+        served = self.served_widths()
+        budgets = {p.partition_id: p.budget for p in self.nodes.profiles.values()}
+        summary = (
+            operating_point_report(
+                run_dir,
+                f"HeteroFL on {self.cfg.dataset}",
+                rows,
+                served={pid: WIDTHS.index(rate) for pid, rate in served.items()},
+                budgets={pid: budgets[pid] for pid in served},
+            )
+            | self.accounting_summary(
+                run_dir, {pid: self.costs[rate].params for pid, rate in served.items()}
+            )
+            | {
+                "widths": list(WIDTHS),
+                "clients_by_width": {
+                    f"{rate:g}": sum(1 for r in served.values() if r == rate) for rate in WIDTHS
+                },
+                "clients_left_out": len(self.nodes.profiles) - len(served),
+            }
+        )
+        log(INFO, "HeteroFL widths (test accuracy after per-width BN statistics):")
+        for row, rate in zip(summary["variants"], WIDTHS, strict=True):
+            log(
+                INFO,
+                "\twidth %-6g | %8.2fM MACs | %7.3fM params | %2d clients | %.2f%%",
+                rate,
+                row["macs"] / 1e6,
+                row["params"] / 1e6,
+                summary["clients_by_width"][f"{rate:g}"],
+                100 * row["accuracy"],
+            )
+        log(
+            INFO,
+            "population accuracy (largest affordable width): %.2f%%",
+            100 * summary["population_accuracy"],
+        )
+        return summary

@@ -1,0 +1,204 @@
+"""HeteroFL: width slicing, count averaging with label-restricted classifier rows, masked
+cross-entropy, the Scaler and static BN, and a federation over the in-process Grid."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from flwr.app import ConfigRecord
+from local_grid import LocalGrid, run_config, server_context
+from torch import nn
+
+from fedapp.client_app import app as client_app
+from fedapp.clients.heterofl import (
+    LABEL_MASK,
+    WIDTH_KEY,
+    WIDTHS,
+    class_mask,
+    masked_logits,
+    width_model,
+)
+from fedapp.config import parse_run_config
+from fedapp.messages import NUM_EXAMPLES, from_record, to_record
+from fedapp.models.arch import load_supernet
+from fedapp.models.slicing import leading_slice
+from fedapp.models.width_scaling import attach_scaler
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.server_app import run_experiment
+from fedapp.strategies.heterofl import HeteroFLStrategy
+from fedapp.strategies.registry import build_strategy
+from fedapp.strategies.replies import ValidReply
+
+#: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
+DIGITS_HETEROFL = {
+    "strategy": "heterofl",
+    "dataset": "digits",
+    "budget_min": 3e4,
+    "budget_max": 5e6,
+    "allocation_cap": 4.2e6,
+    "validation_size": 200,
+    "test_size": 300,
+    "calibration_size": 50,
+    "batch_size": 16,
+    "local_epochs": 1,
+    "partitioner": "budget-dirichlet",
+}
+
+
+@pytest.fixture(scope="module")
+def strategy() -> HeteroFLStrategy:
+    cfg = parse_run_config(run_config(**DIGITS_HETEROFL, num_clients=4))
+    return HeteroFLStrategy(cfg, NodeRegistry())
+
+
+def _profile(budget: float, partition: int = 0) -> NodeProfile:
+    return NodeProfile(
+        node_id=100 + partition,
+        partition_id=partition,
+        num_examples=10,
+        num_partitions=4,
+        budget=budget,
+        device="cpu",
+    )
+
+
+def test_each_budget_trains_its_widest_affordable_width(strategy) -> None:
+    macs = [strategy.costs[r].macs for r in WIDTHS]
+    assert macs == [23_861, 72_312, 273_576, 1_029_424, 4_103_264]
+    assert strategy.width_of(_profile(72_312)) == 1 / 8
+    assert strategy.width_of(_profile(1_029_423)) == 1 / 4
+    assert strategy.width_of(_profile(1e9)) == 1.0
+    assert strategy.eligible(_profile(23_860)) is False  # below 1/16: left out
+
+
+@pytest.mark.parametrize("rate", WIDTHS)
+def test_a_clients_tensors_are_the_global_leading_slices_of_its_width(strategy, rate) -> None:
+    state = strategy.initial_state()
+    payload = strategy.train_payload(_profile(strategy.costs[rate].macs), state)
+    stem, last = int(np.ceil(22 * rate)), int(np.ceil(176 * rate))  # ceil per layer
+    assert payload["stem.conv.weight"].shape == (stem, 1, 3, 3)
+    assert payload["stages.3.1.conv2.weight"].shape == (last, last, 3, 3)
+    assert payload["head.weight"].shape == (10, last)  # every class row
+    assert not any("running" in k or "num_batches" in k for k in payload)  # static BN
+    for name, tensor in payload.items():
+        np.testing.assert_array_equal(tensor, state[name][leading_slice(tensor.shape)])
+    # exactly what the client's model holds
+    local = width_model(strategy.config, rate).state_dict()
+    assert {k: tuple(v.shape) for k, v in local.items()} == {k: v.shape for k, v in payload.items()}
+
+
+def test_count_averaging_overlaps_label_rows_and_keeps_untouched_positions(strategy) -> None:
+    old = {
+        "conv.weight": np.full((4, 2), 10.0, np.float32),
+        "head.weight": np.full((3, 4), 10.0, np.float32),
+        "head.bias": np.full(3, 10.0, np.float32),
+    }
+
+    def reply(node: int, value: float, conv, head_in: int, classes, examples: int) -> ValidReply:
+        arrays = {
+            "conv.weight": np.full(conv, value, np.float32),
+            "head.weight": np.full((3, head_in), value, np.float32),
+            "head.bias": np.full(3, value, np.float32),
+            LABEL_MASK: np.isin(np.arange(3), classes).astype(np.float32),
+        }
+        return ValidReply(node, arrays, {NUM_EXAMPLES: examples})
+
+    narrow = reply(1, 1.0, (2, 1), 2, [0, 1], examples=10)
+    wide = reply(2, 3.0, (3, 2), 4, [1, 2], examples=1000)  # unweighted: examples do not count
+    new = strategy.aggregate(1, [narrow, wide], old)
+    np.testing.assert_array_equal(
+        new["conv.weight"], [[2, 3], [2, 3], [3, 3], [10, 10]]
+    )  # overlap averaged 1:1, wide-only 3, row 3 untouched
+    np.testing.assert_array_equal(
+        new["head.weight"],
+        [[1, 1, 10, 10], [2, 2, 3, 3], [3, 3, 3, 3]],
+    )  # class 0 only from narrow, class 2 only from wide, class 1 from both where they overlap
+    np.testing.assert_array_equal(new["head.bias"], [1, 2, 3])
+
+
+def test_masked_cross_entropy_zeroes_absent_logits_and_their_gradients() -> None:
+    config = load_supernet("resnet18-small", image_size=8)
+    model = width_model(config, 0.25).train()
+    present = class_mask(np.array([3, 1, 3]), 10)
+    assert present.nonzero().flatten().tolist() == [1, 3]
+    x, y = torch.randn(6, 1, 8, 8), torch.tensor([1, 3, 3, 1, 1, 3])
+    logits = model(x)
+    masked = masked_logits(logits, present)
+    assert torch.all(masked[:, ~present] == 0) and torch.equal(
+        masked[:, present], logits[:, present]
+    )
+    loss = F.cross_entropy(masked, y)
+    by_hand = torch.logsumexp(masked, 1) - masked[torch.arange(6), y]
+    assert torch.isclose(loss, by_hand.mean())
+    loss.backward()
+    grad = model.head.weight.grad
+    assert torch.all(grad[~present] == 0) and torch.all(grad[present].abs().sum(1) > 0)
+
+
+def test_scaler_divides_conv_outputs_in_training_only() -> None:
+    conv = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, bias=False))
+    attach_scaler(conv, 0.25)
+    x = torch.randn(2, 1, 5, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(conv.train()(x), conv.eval()(x) / 0.25)
+        plain = F.conv2d(x, conv[0].weight, padding=1)
+        torch.testing.assert_close(conv.eval()(x), plain)
+    with pytest.raises(ValueError, match="rate"):
+        attach_scaler(conv, 1.5)
+
+
+def test_static_bn_keeps_no_statistics_and_normalises_by_the_batch() -> None:
+    model = width_model(load_supernet("resnet18-small", image_size=8), 0.5)
+    assert not any("running" in k or "num_batches" in k for k in model.state_dict())
+    bn = model.stem.bn
+    x = torch.randn(4, bn.num_features, 3, 3) * 5 + 2
+    out = bn.eval()(x)  # eval too: batch statistics, none stored
+    torch.testing.assert_close(
+        out.mean(dim=(0, 2, 3)), torch.zeros(bn.num_features), atol=1e-5, rtol=0
+    )
+
+
+def test_two_round_federation_reports_every_width(tmp_path) -> None:
+    overrides = DIGITS_HETEROFL | {
+        "num_clients": 4,
+        "fraction_train": 1.0,
+        "num_server_rounds": 2,
+        "eval_every": 2,
+        "out_dir": str(tmp_path),
+        "run_name": "heterofl",
+    }
+    config = run_config(**overrides)
+    cfg = parse_run_config(config)
+    server_context(config)
+    grid = LocalGrid(client_app, config, num_nodes=4)
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, 4, timeout=5)
+    strategy = build_strategy(cfg, nodes)
+    initial = strategy.initial_state()
+    messages = list(strategy.configure_train(1, to_record(initial), ConfigRecord(), grid))
+    for m in messages:  # each node gets its width, and exactly that width's slices
+        profile = nodes.profiles[m.metadata.dst_node_id]
+        rate = strategy.width_of(profile)
+        assert m.content["config"][WIDTH_KEY] == rate
+        sent = from_record(m.content["arrays"])
+        assert {k: v.shape for k, v in sent.items()} == strategy.shapes[rate]
+    arrays, metrics = strategy.aggregate_train(1, grid.send_and_receive(messages))
+    assert strategy.report.accepted == 4 and metrics["train-loss"] > 0
+    new = from_record(arrays)
+    np.testing.assert_array_equal(new["stem.bn.running_mean"], initial["stem.bn.running_mean"])
+
+    summary = run_experiment(grid, cfg)
+    assert [v["index"] for v in summary["variants"]] == [0, 1, 2, 3, 4]
+    assert [v["macs"] for v in summary["variants"]] == [strategy.costs[r].macs for r in WIDTHS]
+    assert sum(summary["clients_by_width"].values()) == 4 and summary["clients_left_out"] == 0
+    assert 0 <= summary["population_accuracy"] <= 1 and summary["compute_proxy_total_macs"] > 0
+    assert summary["comm"]["client_reduction_max"] >= summary["comm"]["client_reduction_mean"] >= 1
+    files = {p.name for p in (tmp_path / "heterofl").iterdir()}
+    assert {"variants.csv", "population.csv", "communication.csv", "accuracy_vs_macs.png"} <= files
+    assert (
+        json.loads((tmp_path / "heterofl" / "summary.json").read_text())["strategy"] == "heterofl"
+    )
