@@ -123,7 +123,6 @@ class RunConfig:
     distill_batch_size: int
     distill_lr: float
     distill_grad_clip: float
-    distill_temperature: float
     ditto_lambda: float
     # evaluation and outputs
     eval_every: int
@@ -237,7 +236,6 @@ _CHECKS: dict[str, Check] = {
     "distill_batch_size": _at_least(1),
     "distill_lr": _positive(),
     "distill_grad_clip": _positive(),
-    "distill_temperature": _positive(),
     "ditto_lambda": _at_least(0),
     # FedMD, FedDistill
     "alignment_size": _at_least(1),

@@ -98,7 +98,7 @@ class FedDFStrategy(HeterogeneousStrategy):
             batch_size=cfg.distill_batch_size,
             lr=cfg.distill_lr,
             grad_clip=cfg.distill_grad_clip,
-            temperature=cfg.distill_temperature,
+            temperature=cfg.kd_temperature,
         )
         self.served: list[Candidate] = []  # the prototypes in the global state, by MACs
         self.distillations: list[dict[str, Any]] = []
