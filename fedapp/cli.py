@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedapp import compare
 from fedapp.device_profile import PROFILE_HELP
 from fedapp.device_profile import add_arguments as add_profile_arguments
 from fedapp.device_profile import profile as profile_device
@@ -365,6 +366,12 @@ def cache_import_command(args: argparse.Namespace) -> Output:
 @command("profile", help=PROFILE_HELP, configure=add_profile_arguments)
 def _profile(args: argparse.Namespace) -> Output:
     return Output(*profile_device(args))
+
+
+@command("compare", help=compare.COMPARE_HELP, configure=compare.add_arguments)
+def _compare(args: argparse.Namespace) -> Output:
+    result = compare.run(args)
+    return Output(result, result["report"] + f"\nfiles in {result['out_dir']}")
 
 
 def build_parser() -> argparse.ArgumentParser:

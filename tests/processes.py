@@ -21,10 +21,9 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fedapp.launcher import APP_DIR as REPO_DIR
 from fedapp.launcher import (
-    APP_DIR as REPO_DIR,
-)
-from fedapp.launcher import (
+    BIN_DIR,  # noqa: F401  (re-exported: the tests find the venv's tools through it)
     FLWR,
     flower_env,
     free_port,

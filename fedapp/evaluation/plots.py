@@ -69,3 +69,37 @@ def plot_accuracy_vs_macs(
         label="operating points",
         reference=reference,
     )
+
+
+def plot_methods_accuracy_vs_macs(
+    path: Path,
+    curves: Mapping[str, Sequence[Mapping[str, Any]]],
+    single: Mapping[str, float],
+    title: str,
+) -> Path:
+    """Every method's operating points (test accuracy against MACs) in one figure; methods
+    without operating points (one model per client) appear as horizontal reference lines."""
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, variants in curves.items():
+        if variants:
+            points = sorted(variants, key=lambda v: v["macs"])
+            ax.plot(
+                [v["macs"] / 1e6 for v in points],
+                [100 * v["accuracy"] for v in points],
+                marker="o",
+                markersize=3,
+                label=name,
+            )
+    for name, accuracy in single.items():
+        ax.axhline(100 * accuracy, linestyle=":", linewidth=1, color="gray")
+        ax.annotate(name, (0, 100 * accuracy), xycoords=("axes fraction", "data"), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("MACs (millions, log scale)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -106,7 +106,7 @@ class HeterogeneousStrategy(Strategy):
             "test_accuracy": result["accuracy"],
             "test_loss": result["loss"],
             "test_examples": result["examples"],
-        }
+        } | self.accounting_summary(run_dir)
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         """Per-node training settings decided by the server (the rest comes from the run config)."""

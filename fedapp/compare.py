@@ -1,0 +1,350 @@
+"""``fedapp compare``: several strategies on identical data, budgets and seeds, side by side.
+
+A comparison file (``conf/compare/<name>.toml``) names a preset for the shared run config, the
+strategies, shared changes (``[run-config]``) and per-strategy method knobs
+(``[overrides.<name>]``).
+Overrides may not touch the protocol — data, partitions, budgets, cohorts, rounds, seed,
+augmentation — so every method sees the same clients. Each strategy runs with the real
+``flwr run`` in simulation; then one table (accuracy, population accuracy, operating points,
+payload per client-round, compute proxy, client resources), the efficiency scores of FedKD-NAS
+(PQS, CES, RES, UES, UES*) and one accuracy-vs-MACs plot with every method are written.
+Everything is checked before the first run starts: a typo fails in a second, not after an hour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from flwr.common.config import get_fused_config_from_dir
+
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
+from fedapp.evaluation.operating_points import write_csv
+from fedapp.evaluation.plots import plot_methods_accuracy_vs_macs
+from fedapp.launcher import APP_DIR, run_app, write_run_config
+from fedapp.strategies.registry import STRATEGY_NAMES
+
+COMPARISONS_DIR = APP_DIR / "conf" / "compare"
+#: Keys that define the experiment every method must share; per-strategy overrides may not set them.
+PROTOCOL_KEYS = frozenset(
+    {
+        "seed",
+        "num-server-rounds",
+        "num-clients",
+        "fraction-train",
+        "min-train-clients",
+        "dataset",
+        "data-dir",
+        "partitioner",
+        "dirichlet-alpha",
+        "shards-per-client",
+        "calibration-size",
+        "validation-size",
+        "public-size",
+        "test-size",
+        "budget-min",
+        "budget-max",
+        "zipf-s",
+        "gamma",
+        "allocation-cap",
+        "mix-batches",
+        "eval-every",
+        "device",
+    }
+)
+TABLE_FILE = "comparison.csv"
+POINTS_FILE = "operating_points.csv"
+EFFICIENCY_FILE = "efficiency.csv"
+REPORT_FILE = "comparison.md"
+PLOT_FILE = "accuracy_vs_macs.png"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What to run: one shared run config, the strategies and their method knobs."""
+
+    name: str
+    description: str
+    strategies: tuple[str, ...]
+    shared: dict[str, Any]
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def run_config(self, strategy: str) -> dict[str, Any]:
+        """The complete run config of one strategy (pyproject defaults, preset, changes)."""
+        values = self.shared | self.overrides.get(strategy, {}) | {"strategy": strategy}
+        return get_fused_config_from_dir(APP_DIR, values)
+
+
+def comparison_path(name: str) -> Path:
+    """A comparison file by path, or by name under conf/compare."""
+    path = Path(name)
+    if path.suffix == ".toml" and path.exists():
+        return path
+    named = COMPARISONS_DIR / f"{name}.toml"
+    if named.exists():
+        return named
+    known = ", ".join(sorted(p.stem for p in COMPARISONS_DIR.glob("*.toml")))
+    raise ConfigError(f"no comparison {name!r}: give a .toml file or one of {known}")
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """``key=value`` with a TOML value (``seed=5``; strings may be quoted or bare)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. num-server-rounds=5")
+    try:
+        return key.strip(), tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key.strip(), value.strip()
+
+
+def load_comparison(
+    name: str, sets: list[str] | None = None, only: list[str] | None = None
+) -> Comparison:
+    """Read and fully validate a comparison (every strategy's run config is parsed now)."""
+    path = comparison_path(name)
+    spec = tomllib.loads(path.read_text())
+    unknown = set(spec) - {"description", "preset", "strategies", "run-config", "overrides"}
+    if unknown:
+        raise ConfigError(f"{path.name}: unknown tables/keys {sorted(unknown)}")
+    shared: dict[str, Any] = {}
+    if "preset" in spec:
+        preset = APP_DIR / "conf" / f"{spec['preset']}.toml"
+        if not preset.exists():
+            raise ConfigError(f"{path.name}: preset {spec['preset']!r} is not in conf/")
+        shared |= tomllib.loads(preset.read_text())
+    shared |= spec.get("run-config", {})
+    shared |= dict(parse_assignment(s) for s in sets or [])
+    shared.pop("strategy", None)
+    strategies = tuple(only or spec.get("strategies", []))
+    if not strategies:
+        raise ConfigError(f"{path.name}: no strategies to compare")
+    problems = [
+        f"unknown strategy {s!r} (known: {', '.join(STRATEGY_NAMES)})"
+        for s in strategies
+        if s not in STRATEGY_NAMES
+    ]
+    overrides = spec.get("overrides", {})
+    for strategy, knobs in overrides.items():
+        protocol = sorted(PROTOCOL_KEYS & set(knobs))
+        if protocol:
+            problems.append(
+                f"[overrides.{strategy}] sets {', '.join(protocol)}: these define the shared "
+                "experiment; set them in [run-config] or with --set for every method"
+            )
+    comparison = Comparison(path.stem, spec.get("description", ""), strategies, shared, overrides)
+    if not problems:
+        for strategy in strategies:
+            try:
+                parse_run_config(comparison.run_config(strategy))
+            except ConfigError as err:
+                problems.append(f"{strategy}: {err}")
+    if problems:
+        raise ConfigError(f"comparison {path.name} cannot run:\n  - " + "\n  - ".join(problems))
+    return comparison
+
+
+def run_comparison(
+    comparison: Comparison, out_dir: Path, federation: str, timeout: float
+) -> dict[str, dict[str, Any]]:
+    """Run every strategy with ``flwr run``; return their summaries (failed runs are reported
+    with their log and left out)."""
+    summaries = {}
+    for position, strategy in enumerate(comparison.strategies, start=1):
+        workdir = out_dir / strategy
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = comparison.run_config(strategy) | {
+            "out-dir": str(out_dir),
+            "run-name": f"{strategy}/run",
+        }
+        print(f"[{position}/{len(comparison.strategies)}] {strategy} ...", flush=True)
+        run_app(write_run_config(workdir / "run-config.toml", config), federation, workdir, timeout)
+        summary_path = workdir / "run" / "summary.json"
+        if summary_path.exists():
+            summaries[strategy] = json.loads(summary_path.read_text())
+            print(f"    done in {summaries[strategy]['wall_seconds']:.0f} s", flush=True)
+        else:
+            print(f"    FAILED: no summary.json; see {workdir / 'flwr-run.log'}", flush=True)
+    return summaries
+
+
+def collect_summaries(out_dir: Path, strategies: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Summaries of runs a previous ``fedapp compare`` left in ``out_dir``."""
+    found = {}
+    for strategy in strategies:
+        path = out_dir / strategy / "run" / "summary.json"
+        if path.exists():
+            found[strategy] = json.loads(path.read_text())
+    return found
+
+
+def _optional(mapping: dict[str, Any], *keys: str) -> float | None:
+    for key in keys:
+        if not isinstance(mapping, dict) or key not in mapping:
+            return None
+        mapping = mapping[key]
+    value = mapping
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """One line of the comparison table from a run's summary.json."""
+    comm = summary.get("comm", {})
+    rounds = comm.get("client_rounds") or 0
+    traffic = (comm.get("bytes_down_total") or 0.0) + (comm.get("bytes_up_total") or 0.0)
+    variants = summary.get("variants", [])
+    compute = _optional(summary, "compute_proxy_total_macs")
+    return {
+        "method": strategy,
+        "test_accuracy": summary["test_accuracy"],
+        "test_loss": summary.get("test_loss"),
+        "population_accuracy": summary.get("population_accuracy"),
+        "operating_points": len(variants),
+        "min_macs": min((v["macs"] for v in variants), default=None),
+        "max_macs": max((v["macs"] for v in variants), default=None),
+        "payload_mb_per_client_round": traffic / rounds / 2**20 if rounds else None,
+        "params_per_client_round": comm.get("mean_params_per_client_round"),
+        "compute_proxy_tmacs": compute / 1e12 if compute else None,
+        "comm_mb_per_client": _optional(summary, "resources", "comm_mb_per_client"),
+        "cpu_percent": _optional(summary, "resources", "cpu_percent_mean"),
+        "memory_mb": _optional(summary, "resources", "peak_rss_mb_mean"),
+        "wall_seconds": summary.get("wall_seconds"),
+    }
+
+
+def efficiency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Acc, Loss, Comm, CPU, Mem and the composite scores of the methods that report them."""
+    usable = [r for r in rows if r["test_loss"] is not None and r["comm_mb_per_client"]]
+    if len(usable) < 2:
+        return []
+    costs = {
+        r["method"]: MethodCosts(
+            r["test_accuracy"],
+            r["test_loss"],
+            r["comm_mb_per_client"],
+            r["cpu_percent"],
+            r["memory_mb"],
+        )
+        for r in usable
+    }
+    scores = efficiency_scores(costs)
+    return [
+        {
+            "method": name,
+            "Acc": c.accuracy,
+            "Loss": c.loss,
+            "Comm (MB)": c.comm_mb,
+            "CPU (%)": c.cpu_percent,
+            "Mem (MB)": c.memory_mb,
+            **scores[name],
+        }
+        for name, c in costs.items()
+    ]
+
+
+def _cell(value: Any, key: str) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if key in {"test_accuracy", "population_accuracy", "Acc"}:
+        return f"{100 * value:.2f} %"
+    if key in {"min_macs", "max_macs"}:
+        return f"{value / 1e6:.2f}M"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """Rows of equal keys as a GitHub markdown table."""
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(_cell(r[k], k) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def write_outputs(
+    out_dir: Path, comparison: Comparison, summaries: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The comparison table, operating points, efficiency scores, plot and a markdown report."""
+    rows = [method_row(s, summaries[s]) for s in comparison.strategies if s in summaries]
+    if not rows:
+        raise ConfigError(f"no run of comparison {comparison.name!r} produced a summary")
+    write_csv(out_dir / TABLE_FILE, rows)
+    points = [
+        {"method": s, **{k: v[k] for k in ("index", "macs", "params", "accuracy")}}
+        for s in summaries
+        for v in summaries[s].get("variants", [])
+    ]
+    if points:
+        write_csv(out_dir / POINTS_FILE, points)
+    plot_methods_accuracy_vs_macs(
+        out_dir / PLOT_FILE,
+        {s: summaries[s].get("variants", []) for s in summaries},
+        {s: summaries[s]["test_accuracy"] for s in summaries if not summaries[s].get("variants")},
+        f"{comparison.name}: test accuracy of every operating point",
+    )
+    efficiency = efficiency_rows(rows)
+    if efficiency:
+        write_csv(out_dir / EFFICIENCY_FILE, efficiency)
+    report = f"# Comparison {comparison.name}\n\n{comparison.description}\n\n"
+    report += markdown_table(rows) + "\n"
+    if efficiency:
+        report += "\n## Efficiency (FedKD-NAS scores)\n\n" + markdown_table(efficiency) + "\n"
+    (out_dir / REPORT_FILE).write_text(report)
+    return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
+
+
+# ---- the command line (registered in fedapp.cli) ------------------------------------------------
+COMPARE_HELP = "run several strategies on identical data, budgets and seeds; one table and plot"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("comparison", help="conf/compare/<name>.toml name, or a .toml file")
+    parser.add_argument(
+        "--strategies", help="comma-separated subset of the file's strategies (or others)"
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a shared run-config key for every method (repeatable)",
+    )
+    parser.add_argument(
+        "--out", default="", help="output folder (default ~/fedapp-runs/compare-<name>)"
+    )
+    parser.add_argument("--client-cpus", type=float, default=1.0, help="CPUs per simulated client")
+    parser.add_argument("--client-gpus", type=float, default=0.0, help="GPUs per simulated client")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the tables and plot from the runs already in the output folder",
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    only = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    comparison = load_comparison(args.comparison, args.set, only)
+    out_dir = Path(args.out or f"~/fedapp-runs/compare-{comparison.name}").expanduser().resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.report_only:
+        summaries = collect_summaries(out_dir, comparison.strategies)
+    else:
+        clients = parse_run_config(comparison.run_config(comparison.strategies[0])).num_clients
+        federation = (
+            f"num-supernodes={clients} client-resources-num-cpus={args.client_cpus:g} "
+            f"client-resources-num-gpus={args.client_gpus:g}"
+        )
+        summaries = run_comparison(comparison, out_dir, federation, args.timeout)
+    return write_outputs(out_dir, comparison, summaries)
