@@ -1,0 +1,219 @@
+"""FedKD-NAS and Local-KD clients: pick an architecture, train CE + alpha * KD, share only logits.
+
+Every round the NAS controller (fedapp.clients.nas) picks the student from the feasible
+candidates; it trains on the private shard (less the controller's hold-out) with, per private
+batch, one batch of public images whose targets are the server's smoothed logits Z~ (paper:
+L = CE + alpha * KD). FedKD-NAS then uploads the student's logits on the whole public set.
+Local-KD (ours, the no-coordination ablation) receives the teacher's logits once, keeps them in
+the node's state and never uploads anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+from torch.utils.data import DataLoader
+
+from fedapp.clients.distillation import (
+    endless,
+    kd_loss,
+    predict_logits,
+    public_images,
+    target_loader,
+)
+from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.local_state import load_arrays, save_arrays
+from fedapp.clients.nas import (
+    NasHistory,
+    choose,
+    feasible_candidates,
+    holdout_split,
+    keep_weights,
+    record,
+    warm_start,
+)
+from fedapp.clients.training import (
+    TrainStats,
+    eval_loader,
+    evaluate,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_loader,
+    train_supervised,
+)
+from fedapp.config import RunConfig
+from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
+from fedapp.federated_data import population, server_set
+from fedapp.messages import (
+    ARRAYS,
+    CONFIG,
+    EVAL_SPLIT,
+    METRICS,
+    NUM_EXAMPLES,
+    from_record,
+    load_state,
+    to_record,
+)
+from fedapp.models.families import build_candidate, family_candidates, run_family
+from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
+
+TARGET = "target"  # payload: the (M, C) logits to distil from
+LOGITS = "logits"  # FedKD-NAS reply: the student's (M, C) logits on the public set
+LOCAL_TARGET_KEY = "local-kd-target"  # Local-KD: the teacher's logits, kept after round 1
+
+
+def train_with_kd(
+    model: nn.Module,
+    private: DataLoader,
+    public: Iterator[tuple[torch.Tensor, torch.Tensor]],
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    device: torch.device,
+    alpha: float,
+    temperature: float,
+) -> tuple[TrainStats, int]:
+    """CE on each private batch + alpha * KD on one public batch; (stats, public images seen).
+
+    Both batches go through one forward pass, so BN sees private and public images together.
+    """
+    start = time.perf_counter()
+    model.to(device).train()
+    loss_sum, examples, public_seen, steps = 0.0, 0, 0, 0
+    for _ in range(epochs):
+        for x, y in private:
+            xp, target = next(public)
+            x, y, xp, target = x.to(device), y.to(device), xp.to(device), target.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            logits = model(torch.cat([x, xp]))
+            ce = nn.functional.cross_entropy(logits[: len(x)], y)
+            loss = ce + alpha * kd_loss(logits[len(x) :], target, temperature)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * len(y)
+            examples += len(y)
+            public_seen += len(xp)
+            steps += 1
+    stats = TrainStats(loss_sum / max(examples, 1), examples, steps, time.perf_counter() - start)
+    return stats, public_seen
+
+
+def local_round(
+    message: Message, cfg: RunConfig, node: LocalNode, target: np.ndarray | None
+) -> tuple[nn.Module, dict[str, float | int]]:
+    """Choose, warm-start, train (with KD when there is a target) and score this round's
+    student; returns it and the reply metrics (the choice and its score included)."""
+    info = population(cfg).info
+    server_round = int(message.content[CONFIG]["server-round"])
+    lr = float(message.content[CONFIG]["learning-rate"])
+    device = resolve_device(cfg.device)
+    history = NasHistory.load(node.state)
+    choice = choose(
+        feasible_candidates(cfg, info, node.budget),
+        history,
+        node.budget,
+        cfg.nas_lambda,
+        cfg.nas_margin,
+    )
+    name = choice.candidate.name
+    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
+    model = build_candidate(name, info)
+    kept = warm_start(node.state, name)
+    if kept is not None:
+        load_state(model, kept)
+    train_part, holdout = holdout_split(
+        node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
+    )
+    private = train_loader(train_part, info, cfg.batch_size, generator)
+    optimizer = sgd(model, lr, cfg.momentum, cfg.weight_decay)
+    if target is None:
+        stats, public_seen = (
+            train_supervised(model, private, optimizer, cfg.local_epochs, device),
+            0,
+        )
+    else:
+        public = target_loader(public_images(cfg), target, info, cfg.batch_size, generator)
+        stats, public_seen = train_with_kd(
+            model,
+            private,
+            endless(public),
+            optimizer,
+            cfg.local_epochs,
+            device,
+            cfg.kd_alpha,
+            cfg.kd_temperature,
+        )
+    accuracy = evaluate(model, eval_loader(holdout, info, EVAL_BATCH_SIZE), device)["accuracy"]
+    record(history, name, accuracy)
+    keep_weights(node.state, history, name, model.state_dict(), cfg.nas_keep)
+    history.save(node.state)
+    macs = choice.candidate.macs
+    metrics: dict[str, float | int] = {
+        NUM_EXAMPLES: len(private.dataset),
+        "train-loss": stats.loss,
+        "train-steps": stats.steps,
+        "train-seconds": stats.seconds,
+        COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * (stats.examples + public_seen)),
+        "nas-multiplier": choice.candidate.multiplier,
+        "nas-macs": macs,
+        "nas-score": choice.score,
+        "nas-switched": int(choice.switched),
+        "nas-warm-start": int(kept is not None),
+        "nas-holdout-accuracy": accuracy,
+    }
+    return model, metrics
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """FedKD-NAS: distil from the broadcast Z~ (none in a teacherless round 1), upload logits."""
+    arrays = from_record(message.content[ARRAYS])
+    model, metrics = local_round(message, cfg, node, arrays.get(TARGET))
+    info = population(cfg).info
+    logits = predict_logits(model, public_images(cfg), info, resolve_device(cfg.device))
+    return RecordDict({ARRAYS: to_record({LOGITS: logits}), METRICS: MetricRecord(metrics)})
+
+
+def train_local_kd(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """Local-KD: keep the teacher's logits the first time they arrive; exchange nothing."""
+    arrays = from_record(message.content[ARRAYS])
+    if TARGET in arrays:
+        save_arrays(node.state, LOCAL_TARGET_KEY, {TARGET: arrays[TARGET]})
+    kept = load_arrays(node.state, LOCAL_TARGET_KEY)
+    _, metrics = local_round(message, cfg, node, None if kept is None else kept[TARGET])
+    return RecordDict({ARRAYS: to_record({}), METRICS: MetricRecord(metrics)})
+
+
+def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """Client evaluator: this node's current student (its last choice) on the named split.
+
+    A node that has not trained yet has no student; it raises and the server drops its reply.
+    """
+    history = NasHistory.load(node.state)
+    weights = warm_start(node.state, history.incumbent) if history.incumbent else None
+    if weights is None:
+        raise RuntimeError(f"partition {node.partition_id} has not trained yet: no student")
+    info = population(cfg).info
+    model = build_candidate(history.incumbent, info)
+    load_state(model, weights)
+    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
+    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
+    candidate = next(
+        c
+        for c in family_candidates(run_family(cfg), info, cfg.batch_size)
+        if c.name == history.incumbent
+    )
+    metrics = {
+        NUM_EXAMPLES: int(result["examples"]),
+        "accuracy": result["accuracy"],
+        "loss": result["loss"],
+        "macs": candidate.macs,
+        "params": candidate.params,
+        "multiplier": candidate.multiplier,
+    }
+    return RecordDict({METRICS: MetricRecord(metrics)})
