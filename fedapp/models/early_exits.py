@@ -182,19 +182,16 @@ def level_cost(
     chosen = levels[level]
     arch = width_arch(config, chosen.width)
     cut, cut_arch = _prefix(config, arch, chosen.blocks)
-    with_linear = count(cut, cut_arch)
+    backbone = count(cut, cut_arch)  # with a linear classifier at the cut, taken out below
     _, outs, _ = config.channels(arch)
-    macs, params = with_linear.macs, with_linear.params
-    for lv in levels[:level]:  # the early exits below the level's own (counted with the cut)
-        stage, _ = block_position(config, lv.blocks)
-        head = head_cost(config, outs[stage], config.stage_sizes[stage], exit_convs)
+    cut_stage = block_position(config, chosen.blocks)[0]
+    linear = head_cost(config, outs[cut_stage], config.stage_sizes[cut_stage], 0)
+    macs, params = backbone.macs - linear.macs, backbone.params - linear.params
+    for lv in levels[: level + 1]:  # every exit of the level; the network's final head is linear
+        stage = block_position(config, lv.blocks)[0]
+        convs = 0 if lv.blocks == total_blocks(config) else exit_convs
+        head = head_cost(config, outs[stage], config.stage_sizes[stage], convs)
         macs, params = macs + head.macs, params + head.params
-    if chosen.blocks != total_blocks(config):  # the level's own exit has convolutions too
-        stage, _ = block_position(config, chosen.blocks)
-        convs = head_cost(config, outs[stage], config.stage_sizes[stage], exit_convs)
-        linear = head_cost(config, outs[stage], config.stage_sizes[stage], 0)
-        macs += convs.macs - linear.macs
-        params += convs.params - linear.params
     return Cost(macs=macs, params=params)
 
 
