@@ -1,0 +1,104 @@
+"""FedDistill client: Jeong et al. 2018 federated distillation, PFLlib's formulation.
+
+No weights travel. The client trains its own kept model on its private shard with
+``CE + lambda * MSE(output, global logit of the sample's label)`` (samples whose label has no
+global logit yet contribute zero to the MSE term, as in PFLlib), records the detached logits of
+every training sample by label, and uploads the per-label mean logits with the per-label counts
+(a label it never saw is a zero row with count 0).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+
+from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.kept_model import keep_model, kept_model, own_candidate
+from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.config import RunConfig
+from fedapp.federated_data import population
+from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
+from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
+
+LABEL_LOGITS = "label-logits"  # (classes, classes): row c = mean logit vector of label c
+LABEL_COUNTS = "label-counts"  # (classes,) float32: how many logits each row averages
+GLOBAL_LOGITS = "global-logits"  # payload (classes, classes)
+GLOBAL_PRESENT = "global-present"  # payload (classes,) float32: 1 where a global logit exists
+
+
+def distillation_loss(
+    output: torch.Tensor,
+    labels: torch.Tensor,
+    global_logits: torch.Tensor,
+    present: torch.Tensor,
+    weight: float,
+) -> torch.Tensor:
+    """CE + weight * MSE(output, target), target = the global logit of each sample's label where
+    one exists, else the sample's own detached output (zero distance); MSE over batch x classes."""
+    has_global = present[labels].bool()
+    target = torch.where(has_global[:, None], global_logits[labels], output.detach())
+    return nn.functional.cross_entropy(output, labels) + weight * nn.functional.mse_loss(
+        output, target
+    )
+
+
+class LabelLogits:
+    """Running per-label sums of detached logits (PFLlib's per-label lists, kept as sums)."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.sums = torch.zeros(num_classes, num_classes, dtype=torch.float64)
+        self.counts = torch.zeros(num_classes, dtype=torch.float64)
+
+    def add(self, output: torch.Tensor, labels: torch.Tensor) -> None:
+        self.sums.index_add_(0, labels.cpu(), output.detach().cpu().double())
+        self.counts += torch.bincount(labels.cpu(), minlength=len(self.counts)).double()
+
+    def means(self) -> tuple[np.ndarray, np.ndarray]:
+        """(per-label mean logits, counts), float32; zero rows for labels never seen."""
+        means = self.sums / self.counts.clamp(min=1)[:, None]
+        return means.float().numpy(), self.counts.float().numpy()
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """Local epochs on the private shard with the FD loss; upload per-label mean logits."""
+    start = time.perf_counter()
+    info = population(cfg).info
+    device = resolve_device(cfg.device)
+    config = message.content[CONFIG]
+    generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
+    model, _ = kept_model(cfg, node, info)
+    received = from_record(message.content[ARRAYS])
+    global_logits = torch.as_tensor(received[GLOBAL_LOGITS], device=device)
+    present = torch.as_tensor(received[GLOBAL_PRESENT], device=device)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
+    recorded = LabelLogits(info.num_classes)
+    model.to(device).train()
+    loss_sum, examples = 0.0, 0
+    for _ in range(cfg.local_epochs):
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            output = model(x)
+            loss = distillation_loss(output, y, global_logits, present, cfg.feddistill_weight)
+            loss.backward()
+            optimizer.step()
+            recorded.add(output, y)
+            loss_sum += loss.item() * len(y)
+            examples += len(y)
+    keep_model(node, model)
+    means, counts = recorded.means()
+    macs = own_candidate(cfg, info, node.budget).macs
+    metrics = {
+        NUM_EXAMPLES: len(loader.dataset),
+        "train-loss": loss_sum / max(examples, 1),
+        "train-seconds": time.perf_counter() - start,
+        COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * examples),
+    }
+    arrays = {LABEL_LOGITS: means, LABEL_COUNTS: counts}
+    return RecordDict({ARRAYS: to_record(arrays), METRICS: MetricRecord(metrics)})

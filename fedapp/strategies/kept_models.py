@@ -1,0 +1,67 @@
+"""Server side of the logit-exchange methods whose models live on the clients (FedMD, FedDistill).
+
+The server holds no model, only what the clients exchange (consensus or per-label logits), so it
+evaluates by asking every node to evaluate its own kept model (``client_evaluation``) and reports
+the unweighted mean over clients, as these methods' papers do. The final test therefore measures
+the clients' models after the last round: they are not on the server, so no best-round checkpoint
+of them can be restored (the server's checkpoint holds only the exchanged logits).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedapp.clients.kept_model import run_candidates
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import write_csv
+from fedapp.federated_data import population
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+
+CLIENTS_FILE = "clients.csv"  # each client's model and its test accuracy
+
+
+class KeptModelStrategy(HeterogeneousStrategy):
+    """Evaluation through the clients' own models; nodes that afford no candidate sit out."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.info = population(cfg).info
+        self.cheapest_macs = run_candidates(cfg, self.info)[0].macs
+
+    def eligible(self, profile: NodeProfile) -> bool:
+        return profile.budget >= self.cheapest_macs
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """Not used: the data the clients evaluate on is named by split (see client_evaluation)."""
+        raise NotImplementedError("models live on the clients: use client_evaluation(split)")
+
+    def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """Unweighted mean accuracy and loss over the clients' models, and the per-client rows."""
+        rows = self.client_evaluation(split)
+        if not rows:
+            raise RuntimeError(f"no client returned a valid {split} evaluation")
+        mean = {
+            "accuracy": float(np.mean([r["accuracy"] for r in rows])),
+            "loss": float(np.mean([r["loss"] for r in rows])),
+        }
+        return mean, rows
+
+    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+        mean, rows = self.client_mean("validation")
+        return {"val-loss": mean["loss"], SELECTION_KEY: mean["accuracy"], "val-clients": len(rows)}
+
+    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        mean, rows = self.client_mean("test")
+        write_csv(run_dir / CLIENTS_FILE, rows)
+        return {
+            "test_accuracy": mean["accuracy"],
+            "test_loss": mean["loss"],
+            "test_examples": int(rows[0]["num-examples"]),
+            "test_clients": len(rows),
+            "clients": rows,
+        } | self.accounting_summary(run_dir)
