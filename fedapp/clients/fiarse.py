@@ -2,8 +2,10 @@
 
 The payload is the full-shape substrate with every masked value below the round's threshold set
 to zero; the threshold comes in the config. Each forward runs on ``w * 1[|w| >= t]`` with the
-threshold-controlled gradient (fedapp.models.masks), so masked values get exactly zero gradient,
-and plain SGD without momentum or weight decay (the authors' optimizer) keeps them bit-identical.
+threshold-controlled gradient (fedapp.models.masks), so masked values get exactly zero gradient
+and, with SGD without weight decay, stay bit-identical (a zero gradient leaves a zero momentum
+buffer). Momentum is the run's ``momentum``, shared with the other methods; the authors use plain
+SGD (``momentum = 0``) with 100 local steps per round.
 The reply is ``end - start`` of every state entry (BN statistics included); the server averages
 each position over the clients whose delta there is non-zero.
 """
@@ -53,7 +55,8 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
 
     generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    optimizer = sgd(model, float(config["learning-rate"]), momentum=0.0, weight_decay=0.0)
+    # No weight decay: it would move masked values, which must stay bit-identical.
+    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, weight_decay=0.0)
     loss_sum, examples, steps = 0.0, 0, 0
     for _ in range(cfg.local_epochs):
         for x, y in loader:
