@@ -10,6 +10,8 @@ from local_grid import run_config
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo
+from fedapp.models.arch import load_supernet
+from fedapp.models.counter import count
 from fedapp.models.families import (
     FAMILY_NAMES,
     affordable,
@@ -20,6 +22,7 @@ from fedapp.models.families import (
     run_family,
 )
 from fedapp.models.routing import BudgetError
+from fedapp.models.substrate import width_arch
 from fedapp.models.zoo import build_model
 
 MNIST = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", False)
@@ -91,3 +94,20 @@ def test_model_key_accepts_candidates_through_one_builder() -> None:
     assert build_model("cnn-small", DIGITS)(torch.zeros(1, 1, 8, 8)).shape == (1, 10)
     with pytest.raises(ConfigError, match="'model'"):
         parse_run_config(run_config(model="lenet7"))
+
+
+@pytest.mark.parametrize("info", [MNIST, CIFAR], ids=lambda i: i.name)
+def test_resnet18_widths_cost_what_the_substrate_counter_says(info) -> None:
+    config = load_supernet(
+        "resnet18-cifar",
+        in_channels=info.channels,
+        image_size=info.image_size,
+        num_classes=info.num_classes,
+    )
+    candidates = family_candidates("resnet18", info, 32)
+    assert [c.multiplier for c in candidates] == [0.125, 0.25, 0.5, 1.0]
+    for candidate in candidates:
+        cost = count(config, width_arch(config, candidate.multiplier))
+        assert (candidate.macs, candidate.params) == (cost.macs, cost.params)
+    if info is CIFAR:  # the standard CIFAR ResNet18 at 10 classes
+        assert candidates[-1].params == 11_173_962

@@ -1,7 +1,8 @@
 """Candidate architecture families a client's NAS controller picks from (spec fedkd-nas.md).
 
 A family is one backbone at several width multipliers: LeNet5 (channel multipliers), MobileNetV2
-(torchvision, width_mult), ShuffleNetV2 (torchvision x0.5 / x1.0) and ResNet18 widths. Every
+(torchvision, width_mult), ShuffleNetV2 (torchvision x0.5 / x1.0) and ResNet18 widths (the
+project's elastic ResNet family in its ResNet18 substrate configuration). Every
 candidate carries its forward MACs and parameters, counted once with torch's FLOP counter on one
 input of the run's shape (MACs = FLOPs / 2), and a training-memory estimate, so the controller can
 tell which ones a client's budget affords without building them.
@@ -21,6 +22,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedapp.data.registry import DatasetInfo
+from fedapp.models.arch import load_supernet
 from fedapp.models.routing import BudgetError
 
 if TYPE_CHECKING:
@@ -124,6 +126,23 @@ def _shufflenetv2(multiplier: float, info: DatasetInfo) -> nn.Module:
     return model
 
 
+def _resnet18(multiplier: float, info: DatasetInfo) -> nn.Module:
+    """The standard-width ResNet18 (64/128/256/512) of the project's substrate configurations
+    (``resnet18-cifar``: 3x3 stride-1 stem; ``resnet18-tinyimagenet`` above 32 pixels: max-pool
+    2 after the stem) with every position at ``multiplier``, sized for the data set."""
+    from fedapp.models.elastic_resnet import ResNet
+    from fedapp.models.substrate import width_arch
+
+    name = "resnet18-cifar" if info.image_size <= SMALL_INPUT_SIDE else "resnet18-tinyimagenet"
+    config = load_supernet(
+        name,
+        in_channels=info.channels,
+        image_size=info.image_size,
+        num_classes=info.num_classes,
+    )
+    return ResNet(config, width_arch(config, multiplier))
+
+
 @dataclass(frozen=True)
 class _Family:
     multipliers: tuple[float, ...]
@@ -134,6 +153,7 @@ FAMILIES: dict[str, _Family] = {
     "lenet5": _Family((0.25, 0.5, 1.0, 2.0), LeNet5),
     "mobilenetv2": _Family((0.25, 0.35, 0.5, 0.75, 1.0), _mobilenetv2),
     "shufflenetv2": _Family((0.5, 1.0), _shufflenetv2),
+    "resnet18": _Family((0.125, 0.25, 0.5, 1.0), _resnet18),
 }
 FAMILY_NAMES: tuple[str, ...] = tuple(FAMILIES)
 
