@@ -164,6 +164,8 @@ def test_static_bn_keeps_no_statistics_and_normalises_by_the_batch() -> None:
 
 def test_two_round_federation_reports_every_width(tmp_path) -> None:
     overrides = DIGITS_HETEROFL | {
+        "budget_min": 1e4,  # budgets 1e4 (no width: left out, served 1/16), 0.49M, 0.80M, 2.1M
+        "zipf_s": 3.0,
         "num_clients": 4,
         "fraction_train": 1.0,
         "num_server_rounds": 2,
@@ -186,15 +188,20 @@ def test_two_round_federation_reports_every_width(tmp_path) -> None:
         assert m.content["config"][WIDTH_KEY] == rate
         sent = from_record(m.content["arrays"])
         assert {k: v.shape for k, v in sent.items()} == strategy.shapes[rate]
+    left_out = [p for p in nodes.profiles.values() if strategy.width_of(p) is None]
+    assert left_out and len(messages) == 4 - len(left_out)
     arrays, metrics = strategy.aggregate_train(1, grid.send_and_receive(messages))
-    assert strategy.report.accepted == 4 and metrics["train-loss"] > 0
+    assert strategy.report.accepted == len(messages) and metrics["train-loss"] > 0
     new = from_record(arrays)
     np.testing.assert_array_equal(new["stem.bn.running_mean"], initial["stem.bn.running_mean"])
 
     summary = run_experiment(grid, cfg)
     assert [v["index"] for v in summary["variants"]] == [0, 1, 2, 3, 4]
     assert [v["macs"] for v in summary["variants"]] == [strategy.costs[r].macs for r in WIDTHS]
-    assert sum(summary["clients_by_width"].values()) == 4 and summary["clients_left_out"] == 0
+    assert summary["clients_left_out"] == len(left_out)
+    assert sum(summary["clients_by_width"].values()) == 4 - len(left_out)
+    served = {row["partition"]: row["variant"] for row in summary["population"]}
+    assert len(served) == 4 and all(served[p.partition_id] == 0 for p in left_out)
     assert 0 <= summary["population_accuracy"] <= 1 and summary["compute_proxy_total_macs"] > 0
     assert summary["comm"]["client_reduction_max"] >= summary["comm"]["client_reduction_mean"] >= 1
     files = {p.name for p in (tmp_path / "heterofl").iterdir()}

@@ -86,7 +86,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             )
         return False
 
-    def served_widths(self) -> dict[int, float]:
+    def trained_widths(self) -> dict[int, float]:
         """Partition id -> width of every profiled node that can take part."""
         widths = {p.partition_id: self.width_of(p) for p in self.nodes.profiles.values()}
         return {pid: rate for pid, rate in widths.items() if rate is not None}
@@ -159,25 +159,26 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self.width_rows(state, WIDTHS, data)
-        served = self.served_widths()
+        trained = self.trained_widths()
         budgets = {p.partition_id: p.budget for p in self.nodes.profiles.values()}
         summary = (
             operating_point_report(
                 run_dir,
                 f"HeteroFL on {self.cfg.dataset}",
                 rows,
-                served={pid: WIDTHS.index(rate) for pid, rate in served.items()},
-                budgets={pid: budgets[pid] for pid in served},
+                # a node that affords no width is served the narrowest (FEAST §6)
+                served={pid: WIDTHS.index(trained.get(pid, WIDTHS[0])) for pid in budgets},
+                budgets=budgets,
             )
             | self.accounting_summary(
-                run_dir, {pid: self.costs[rate].params for pid, rate in served.items()}
+                run_dir, {pid: self.costs[rate].params for pid, rate in trained.items()}
             )
             | {
                 "widths": list(WIDTHS),
                 "clients_by_width": {
-                    f"{rate:g}": sum(1 for r in served.values() if r == rate) for rate in WIDTHS
+                    f"{rate:g}": sum(1 for r in trained.values() if r == rate) for rate in WIDTHS
                 },
-                "clients_left_out": len(self.nodes.profiles) - len(served),
+                "clients_left_out": len(budgets) - len(trained),
             }
         )
         log(INFO, "HeteroFL widths (test accuracy after per-width BN statistics):")
