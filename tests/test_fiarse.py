@@ -10,6 +10,7 @@ import pytest
 import torch
 from local_grid import LocalGrid, run_config, server_context
 from torch import nn
+from torch.func import functional_call
 
 from fedapp.client_app import app as client_app
 from fedapp.clients.fiarse import full_model
@@ -22,6 +23,7 @@ from fedapp.models.masks import (
     apply_mask,
     mac_fraction,
     masked_names,
+    masked_parameters,
     masked_weight,
     value_costs,
 )
@@ -241,3 +243,23 @@ def test_two_round_federation_on_digits(tmp_path) -> None:
 def test_grid_size_below_two_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"'fiarse-grid-points' = 1 is not allowed: must be >= 2"):
         parse_run_config(run_config(fiarse_grid_points=1))
+
+
+def test_masked_values_stay_bit_identical_through_sgd_with_momentum() -> None:
+    torch.manual_seed(0)
+    model = Tiny()
+    names = masked_names(model)
+    threshold = float(model.conv.weight.detach().abs().median())
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9, weight_decay=0.0)
+    for _ in range(3):
+        x, y = torch.randn(8, 1, 5, 5), torch.randint(0, 3, (8,))
+        logits = functional_call(model, masked_parameters(model, names, threshold), (x,))
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(logits, y).backward()
+        optimizer.step()
+    kept = before["conv.weight"].abs() >= threshold
+    after = model.state_dict()
+    assert torch.equal(after["conv.weight"][~kept], before["conv.weight"][~kept])
+    assert not torch.equal(after["conv.weight"][kept], before["conv.weight"][kept])
+    assert not torch.equal(after["bn.weight"], before["bn.weight"])  # BN trains unmasked
