@@ -57,22 +57,30 @@ def keep_model(node: LocalNode, model: nn.Module) -> None:
 def evaluate_kept_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """Client evaluator: this node's kept model on the server-held split the message names.
 
-    A node that has not trained yet has no model to evaluate; it raises, and the server drops
-    its reply with that reason instead of averaging in an untrained model.
+    A node that has not trained yet has no model to evaluate; it raises, Flower answers the
+    server with the error, and the server drops that reply instead of averaging in an untrained
+    model.
     """
     info = population(cfg).info
     if load_arrays(node.state, MODEL_KEY) is None:
         raise RuntimeError(f"partition {node.partition_id} has not trained yet: no model")
     model, _ = kept_model(cfg, node, info)
-    split = str(message.content[CONFIG][EVAL_SPLIT])
-    data = server_set(cfg, split)
+    return evaluation_reply(model, own_candidate(cfg, info, node.budget), message, cfg, info)
+
+
+def evaluation_reply(
+    model: nn.Module, candidate: Candidate, message: Message, cfg: RunConfig, info: DatasetInfo
+) -> RecordDict:
+    """A client-held candidate's accuracy and loss on the split an EVALUATE message names, with
+    its costs (what every client evaluator of a family model answers)."""
+    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
     result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
-    candidate = own_candidate(cfg, info, node.budget)
     metrics = {
         NUM_EXAMPLES: int(result["examples"]),
         "accuracy": result["accuracy"],
         "loss": result["loss"],
         "macs": candidate.macs,
         "params": candidate.params,
+        "multiplier": candidate.multiplier,
     }
     return RecordDict({METRICS: MetricRecord(metrics)})
