@@ -26,7 +26,7 @@ from fedapp.clients.fedmd import (
     digest_loss,
 )
 from fedapp.clients.fedmd import train as fedmd_train
-from fedapp.clients.kept_model import MODEL_KEY, kept_model
+from fedapp.clients.kept_model import MODEL_KEY, kept_model, own_candidate
 from fedapp.clients.local_state import load_arrays
 from fedapp.clients.training import seed_local_work, train_loader, train_supervised
 from fedapp.config import ConfigError, parse_run_config
@@ -179,6 +179,38 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
     for name, value in kept.items():
         np.testing.assert_allclose(value, in_order[name], rtol=1e-5, atol=1e-6)
     assert any(not np.allclose(kept[n], swapped[n], atol=1e-4) for n in kept)
+
+
+def test_fedmd_client_first_sampled_late_pretrains_then_digests_and_revisits() -> None:
+    config, cfg = _cfg(FEDMD)
+    server_context(config)
+    info = population(cfg).info
+    node = local_node({"partition-id": 0, "num-partitions": 3}, cfg)
+    target = np.zeros((cfg.alignment_size, info.num_classes), np.float32)
+    message = _train_message(3, {CONSENSUS: target, CONSENSUS_ROUND: np.array(2)})
+    reply = fedmd_train(message, cfg, node)
+    metrics = reply["metrics"]
+    private = metrics["num-examples"]
+    macs = own_candidate(cfg, info, node.budget).macs
+    # 3 x MACs per trained example: public (1 epoch), private (1), digest (1), revisit (1);
+    # plus one forward pass per uploaded logit row
+    trained = cfg.public_size + private + cfg.alignment_size + private
+    assert metrics["compute-proxy-macs"] == macs * (3 * trained + cfg.alignment_size)
+
+
+def test_never_trained_node_is_left_out_of_the_client_mean() -> None:
+    config, cfg = _cfg(FEDMD, fraction_train=0.5, min_train_clients=2)
+    grid = LocalGrid(client_app, config, num_nodes=3)
+    server_context(config)
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, 3, timeout=5)
+    strategy = build_strategy(cfg, nodes)
+    messages = strategy.configure_round(1, strategy.initial_state(), grid)
+    strategy.aggregate_round(1, grid.send_and_receive(messages))
+    trained = sorted(nodes.profiles[m.metadata.dst_node_id].partition_id for m in messages)
+    mean, rows = strategy.client_mean("validation")
+    assert len(trained) == 2 and [row["partition"] for row in rows] == trained
+    assert mean["accuracy"] == pytest.approx(np.mean([row["accuracy"] for row in rows]))
 
 
 def test_fedmd_reply_with_non_finite_logits_is_dropped_not_averaged() -> None:

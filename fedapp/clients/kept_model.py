@@ -57,13 +57,12 @@ def keep_model(node: LocalNode, model: nn.Module) -> None:
 def evaluate_kept_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """Client evaluator: this node's kept model on the server-held split the message names.
 
-    A node that has not trained yet has no model to evaluate; it raises, Flower answers the
-    server with the error, and the server drops that reply instead of averaging in an untrained
-    model.
+    A node that has not trained yet has no model: it answers zero examples, which the server
+    drops (with a logged reason) instead of averaging in an untrained model.
     """
-    info = population(cfg).info
     if load_arrays(node.state, MODEL_KEY) is None:
-        raise RuntimeError(f"partition {node.partition_id} has not trained yet: no model")
+        return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
+    info = population(cfg).info
     model, _ = kept_model(cfg, node, info)
     return evaluation_reply(model, own_candidate(cfg, info, node.budget), message, cfg, info)
 
