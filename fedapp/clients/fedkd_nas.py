@@ -190,14 +190,13 @@ def train_local_kd(message: Message, cfg: RunConfig, node: LocalNode) -> RecordD
 
 
 def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
-    """Client evaluator: this node's current student (its last choice) on the named split.
-
-    A node that has not trained yet has no student; it raises and the server drops its reply.
-    """
+    """Client evaluator: this node's current student (its last choice) on the named split. A
+    node that was never sampled has no student and answers with zero examples (the server drops
+    it)."""
     history = NasHistory.load(node.state)
     weights = warm_start(node.state, history.incumbent) if history.incumbent else None
     if weights is None:
-        raise RuntimeError(f"partition {node.partition_id} has not trained yet: no student")
+        return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
     info = population(cfg).info
     model = build_candidate(history.incumbent, info)
     load_state(model, weights)
