@@ -45,7 +45,7 @@ FAST = {
     "fraction_train": 1.0,
     "local_epochs": 4,
     "batch_size": 16,
-    "learning_rate": 0.05,
+    "learning_rate": 0.02,
     "lr_schedule": "constant",
     "calibration_size": 0,
     "validation_size": 200,
@@ -217,6 +217,21 @@ def test_fedkd_nas_two_rounds_on_digits(tmp_path) -> None:
         clients = list(csv.DictReader(f))
     assert [row["partition"] for row in clients] == ["0", "1", "2"]
     assert {"accuracy", "macs", "multiplier"} <= set(clients[0])
+
+
+def test_in_a_federation_choices_differ_by_budget_and_settle_after_exploring(tmp_path) -> None:
+    _, _, choices = _run(tmp_path, "fedkd-nas", rounds=7)
+    by_partition = {
+        p: [row["candidate"] for row in choices if row["partition"] == p] for p in "012"
+    }
+    budgets = {"0": 183_618, "1": 300_000, "2": 10_000}
+    for partition, sequence in by_partition.items():
+        feasible = [c.name for c in LENET if c.macs <= budgets[partition]]
+        # rounds 1..|feasible|: the largest, then each untried one; afterwards no switch
+        assert set(sequence[: len(feasible)]) == set(feasible)
+        assert len(set(sequence[len(feasible) :])) == 1, (partition, sequence)
+    finals = {sequence[-1] for sequence in by_partition.values()}
+    assert by_partition["2"][-1] == "lenet5-x0.25" and len(finals) >= 2
 
 
 def test_local_kd_receives_the_teacher_once_and_sends_nothing(tmp_path) -> None:
