@@ -217,6 +217,8 @@ def test_fedkd_nas_two_rounds_on_digits(tmp_path) -> None:
         clients = list(csv.DictReader(f))
     assert [row["partition"] for row in clients] == ["0", "1", "2"]
     assert {"accuracy", "macs", "multiplier"} <= set(clients[0])
+    last = {row["partition"]: row["candidate"] for row in choices if row["round"] == "2"}
+    assert {row["partition"]: row["candidate"] for row in clients} == last
 
 
 def test_in_a_federation_choices_differ_by_budget_and_settle_after_exploring(tmp_path) -> None:

@@ -106,8 +106,16 @@ class FedKDNASStrategy(KeptModelStrategy):
         target = smooth(global_state.get(TARGET), fused, self.cfg.ema_gamma)
         return ({TEACHER: teacher} if teacher is not None else {}) | {TARGET: target}
 
+    def candidate_name(self, multiplier: float) -> str:
+        """The family candidate a client reported by its multiplier (metrics carry no strings)."""
+        return next(c.name for c in self.candidates if c.multiplier == float(multiplier))
+
+    def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """The clients' mean, each client's row naming its student."""
+        mean, rows = super().client_mean(split)
+        return mean, [row | {"candidate": self.candidate_name(row["multiplier"])} for row in rows]
+
     def _log_choices(self, server_round: int, replies: list[ValidReply]) -> None:
-        by_multiplier = {c.multiplier: c.name for c in self.candidates}
         for reply in replies:
             profile = self.nodes.profiles[reply.node_id]
             self.nas_rows.append(
@@ -115,7 +123,7 @@ class FedKDNASStrategy(KeptModelStrategy):
                     "round": server_round,
                     "partition": profile.partition_id,
                     "budget": profile.budget,
-                    "candidate": by_multiplier[float(reply.metrics["nas-multiplier"])],
+                    "candidate": self.candidate_name(reply.metrics["nas-multiplier"]),
                 }
                 | {key: reply.metrics[key] for key in NAS_METRICS}
             )
