@@ -14,6 +14,7 @@ from processes import BIN_DIR, flower_env, pids_mentioning
 
 from fedapp.client_app import app as client_app
 from fedapp.compare import (
+    COMPARISONS_DIR,
     EFFICIENCY_FILE,
     PLOT_FILE,
     POINTS_FILE,
@@ -49,6 +50,20 @@ def test_bad_comparisons_fail_before_any_run(tmp_path: Path) -> None:
         load_comparison("smoke-digits", sets=["learning-rate=-1"])
     with pytest.raises(ConfigError, match="no comparison 'nope'"):
         load_comparison("nope")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in COMPARISONS_DIR.glob("*.toml")))
+def test_shipped_comparisons_are_valid(name: str) -> None:
+    comparison = load_comparison(name)  # parses every strategy's complete run config
+    assert comparison.description and len(comparison.strategies) >= 2
+    shared = {
+        key: {
+            parse_run_config(comparison.run_config(s)).as_run_config()[key]
+            for s in comparison.strategies
+        }
+        for key in ("seed", "dataset", "num-clients", "partitioner", "budget-min", "budget-max")
+    }
+    assert all(len(values) == 1 for values in shared.values()), shared
 
 
 def test_shared_changes_apply_to_every_method() -> None:
