@@ -22,11 +22,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fedapp.clients.training import eval_loader, evaluate
+from fedapp.clients.training import eval_loader, evaluate, resolve_device
+from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, train_transform
 from fedapp.evaluation.plots import plot_accuracy_vs_macs
 from fedapp.feast_space import ModelSpace
+from fedapp.federated_data import server_set
 from fedapp.messages import load_state
 from fedapp.models.bn_calibration import recalibrate_bn
 from fedapp.models.elastic_resnet import ElasticResNet
@@ -83,25 +85,65 @@ def evaluate_points(
     return rows
 
 
-def evaluate_variants(
-    space: ModelSpace,
-    state: Mapping[str, np.ndarray],
-    indices: Iterable[int],
-    **evaluation: Any,
-) -> list[dict[str, Any]]:
-    """Accuracy of each cached variant of a FEAST-family supernet (see :func:`evaluate_points`)."""
-    supernet = ElasticResNet(space.config)
-    load_state(supernet, state)
-    points = (
-        OperatingPoint(
-            index,
-            space.cache.variants[index].macs,
-            space.cache.variants[index].params,
-            lambda arch=space.cache.variants[index].arch: supernet.subnet(arch),
+@dataclass(frozen=True)
+class PointEvaluator:
+    """The server's evaluation of operating points, fixed once per run (calibration set, batch
+    size, device and seed), so every weight-shared method measures its points alike."""
+
+    calibration: ImageArrays
+    info: DatasetInfo
+    batch_size: int
+    device: torch.device
+    seed: int
+
+    @classmethod
+    def for_run(cls, cfg: RunConfig, info: DatasetInfo) -> PointEvaluator:
+        """The run's calibration split, batch size, device and seed."""
+        return cls(
+            server_set(cfg, "calibration"),
+            info,
+            cfg.batch_size,
+            resolve_device(cfg.device),
+            cfg.seed,
         )
-        for index in indices
-    )
-    return evaluate_points(points, **evaluation)
+
+    def rows(self, points: Iterable[OperatingPoint], data: ImageArrays) -> list[dict[str, Any]]:
+        """:func:`evaluate_points` on ``data``."""
+        return evaluate_points(
+            points,
+            calibration=self.calibration,
+            data=data,
+            info=self.info,
+            batch_size=self.batch_size,
+            device=self.device,
+            seed=self.seed,
+        )
+
+    def variants(
+        self,
+        space: ModelSpace,
+        state: Mapping[str, np.ndarray],
+        indices: Iterable[int],
+        data: ImageArrays,
+    ) -> list[dict[str, Any]]:
+        """Accuracy of each cached variant of a FEAST-family supernet."""
+        supernet = ElasticResNet(space.config)
+        load_state(supernet, state)
+        points = (
+            OperatingPoint(
+                index,
+                space.cache.variants[index].macs,
+                space.cache.variants[index].params,
+                lambda arch=space.cache.variants[index].arch: supernet.subnet(arch),
+            )
+            for index in indices
+        )
+        return self.rows(points, data)
+
+
+def point_result(row: Mapping[str, Any], data: ImageArrays) -> dict[str, float]:
+    """One operating point's row as the strategy's ``evaluate`` result."""
+    return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
 
 
 def population_accuracy(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from pathlib import Path
@@ -44,6 +44,18 @@ SELECTION_KEY = "val-accuracy"
 #: The reply metric in which a client reports its training compute (MACs, forward + backward).
 COMPUTE_METRIC = "compute-proxy-macs"
 COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
+
+
+def points_validation(
+    rows: Iterable[dict[str, Any]], name: Callable[[dict[str, Any]], str]
+) -> dict[str, float]:
+    """Validation of several operating points: each one's accuracy under ``name(row)``, and the
+    checkpoint selected on their mean accuracy (every point counts once)."""
+    rows = list(rows)
+    metrics = {name(r): r["accuracy"] for r in rows}
+    metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
+    metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
+    return metrics
 
 
 @dataclass

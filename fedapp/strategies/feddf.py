@@ -31,7 +31,7 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    evaluate_points,
+    PointEvaluator,
     operating_point_report,
     write_csv,
 )
@@ -90,7 +90,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
         self.public = public_images(cfg)  # images only: labels withheld
         self.validation = server_set(cfg, "validation")
-        self.calibration = server_set(cfg, "calibration")
+        self.points = PointEvaluator.for_run(cfg, self.info)
         self.settings = DistillSettings(
             steps=cfg.distill_steps,
             eval_every=cfg.distill_eval_every,
@@ -212,15 +212,7 @@ class FedDFStrategy(HeterogeneousStrategy):
             )
             for index, prototype in enumerate(self.served)
         ]
-        return evaluate_points(
-            points,
-            calibration=self.calibration,
-            data=data,
-            info=self.info,
-            batch_size=self.cfg.batch_size,
-            device=self.device,
-            seed=self.cfg.seed,
-        )
+        return self.points.rows(points, data)
 
     def _served_index(self) -> dict[int, int]:
         """Partition id -> index (in ``served``) of the prototype the client is served."""

@@ -24,21 +24,21 @@ import torch
 from flwr.common.logger import log
 
 from fedapp.clients.fiarse import MASK_MACS, THRESHOLD, full_model
-from fedapp.clients.training import resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    evaluate_points,
+    PointEvaluator,
     operating_point_report,
+    point_result,
 )
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import population
 from fedapp.messages import load_state
 from fedapp.models.masks import MaskFamily, apply_mask, masked_names, value_costs
 from fedapp.models.slicing import is_averaged
 from fedapp.models.substrate import substrate_config
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
 from fedapp.strategies.replies import ValidReply
 
 #: Grid points validated every evaluation round: the smallest, the middle and the full model.
@@ -76,8 +76,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         super().__init__(cfg, nodes)
         self.info = population(cfg).info
         self.config = substrate_config(cfg, self.info)
-        self.device = resolve_device(cfg.device)
-        self.calibration = server_set(cfg, "calibration")
+        self.points = PointEvaluator.for_run(cfg, self.info)
         probe = full_model(self.config)
         size = self.info.image_size
         self.masked = set(masked_names(probe))
@@ -150,34 +149,19 @@ class FiarseStrategy(HeterogeneousStrategy):
         load_state(model, apply_mask(state, self.masked, threshold))
         return model
 
-    def _evaluate(self, points: list[OperatingPoint], data: ImageArrays) -> list[dict[str, Any]]:
-        return evaluate_points(
-            points,
-            calibration=self.calibration,
-            data=data,
-            info=self.info,
-            batch_size=self.cfg.batch_size,
-            device=self.device,
-            seed=self.cfg.seed,
-        )
-
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """The full model (the grid's last point: every value kept)."""
-        row = self._evaluate(self.grid(state)[-1:], data)[0]
-        return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
+        return point_result(self.points.rows(self.grid(state)[-1:], data)[0], data)
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         points = self.grid(state)
         picked = sorted({round(x) for x in np.linspace(0, len(points) - 1, VALIDATED_POINTS)})
-        rows = self._evaluate([points[i] for i in picked], data)
-        metrics = {f"val-acc-p{r['index']}": r["accuracy"] for r in rows}
-        metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
-        metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
-        return metrics
+        rows = self.points.rows([points[i] for i in picked], data)
+        return points_validation(rows, lambda r: f"val-acc-p{r['index']}")
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         points = self.grid(state)
-        rows = self._evaluate(points, data)
+        rows = self.points.rows(points, data)
         profiles = list(self.nodes.profiles.values())
         served = {
             p.partition_id: max(

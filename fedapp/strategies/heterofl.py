@@ -19,22 +19,22 @@ import numpy as np
 from flwr.common.logger import log
 
 from fedapp.clients.heterofl import LABEL_MASK, WIDTH_KEY, WIDTHS
-from fedapp.clients.training import resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    evaluate_points,
+    PointEvaluator,
     operating_point_report,
+    point_result,
 )
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import population
 from fedapp.messages import load_state
 from fedapp.models.counter import Cost, count
 from fedapp.models.elastic_resnet import ElasticResNet, state_shapes
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.models.substrate import substrate_config, width_arch
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
 from fedapp.strategies.replies import ArraySpec, ValidReply
 
 #: The classifier tensors whose rows are restricted to a client's classes when averaging.
@@ -54,8 +54,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             rate: count(self.config, width_arch(self.config, rate)) for rate in WIDTHS
         }
         self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
-        self.device = resolve_device(cfg.device)
-        self.calibration = server_set(cfg, "calibration")
+        self.points = PointEvaluator.for_run(cfg, self.info)
         self._refused: set[int] = set()
 
     def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:
@@ -134,28 +133,16 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             )
             for rate in rates
         ]
-        return evaluate_points(
-            points,
-            calibration=self.calibration,
-            data=data,
-            info=self.info,
-            batch_size=self.cfg.batch_size,
-            device=self.device,
-            seed=self.cfg.seed,
-        )
+        return self.points.rows(points, data)
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """The full width (what a single-model method would serve)."""
-        row = self.width_rows(state, WIDTHS[-1:], data)[0]
-        return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
+        return point_result(self.width_rows(state, WIDTHS[-1:], data)[0], data)
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         """Every width; the checkpoint is selected on their mean accuracy."""
         rows = self.width_rows(state, WIDTHS, data)
-        metrics = {f"val-acc-w{r['index']}": r["accuracy"] for r in rows}
-        metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
-        metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
-        return metrics
+        return points_validation(rows, lambda r: f"val-acc-w{r['index']}")
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self.width_rows(state, WIDTHS, data)

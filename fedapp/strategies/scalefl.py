@@ -16,19 +16,18 @@ from logging import INFO
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.common.logger import log
 
 from fedapp.clients.scalefl import costs_of_levels, level_model
-from fedapp.clients.training import resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    evaluate_points,
+    PointEvaluator,
     operating_point_report,
+    point_result,
 )
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import population
 from fedapp.messages import load_state
 from fedapp.models.early_exits import (
     SCALEFL_LEVELS,
@@ -39,7 +38,7 @@ from fedapp.models.early_exits import (
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.models.substrate import substrate_config
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
 from fedapp.strategies.replies import ValidReply
 
 
@@ -51,8 +50,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         self.info = population(cfg).info
         self.substrate = substrate_config(cfg, self.info)
         self.costs = costs_of_levels(cfg, self.info)
-        self.device = resolve_device(cfg.device)
-        self.calibration = server_set(cfg, "calibration")
+        self.points = PointEvaluator.for_run(cfg, self.info)
         below = self.clients_below_smallest_level()
         log(
             INFO,
@@ -113,27 +111,15 @@ class ScaleFLStrategy(HeterogeneousStrategy):
             )
             for level, cost in enumerate(self.costs)
         ]
-        return evaluate_points(
-            points,
-            calibration=self.calibration,
-            data=data,
-            info=self.info,
-            batch_size=self.cfg.batch_size,
-            device=self.device,
-            seed=self.cfg.seed,
-        )
+        return self.points.rows(points, data)
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """The full network's final exit (the reference's 'global accuracy')."""
-        row = self._levels(state, data)[-1]
-        return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
+        return point_result(self._levels(state, data)[-1], data)
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self._levels(state, data)
-        metrics = {f"val-acc-level{r['index'] + 1}": r["accuracy"] for r in rows}
-        metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
-        metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
-        return metrics
+        return points_validation(rows, lambda r: f"val-acc-level{r['index'] + 1}")
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self._levels(state, data)

@@ -13,19 +13,21 @@ from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.common.logger import log
 
-from fedapp.clients.training import resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.operating_points import evaluate_variants, operating_point_report
+from fedapp.evaluation.operating_points import (
+    PointEvaluator,
+    operating_point_report,
+    point_result,
+)
 from fedapp.feast_space import model_space
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import population
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import BudgetError, Route
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
 
 
 class CachedSupernetStrategy(HeterogeneousStrategy):
@@ -39,8 +41,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         self.info = population(cfg).info
         self.space = model_space(cfg, self.info)
         self.anchors = self.space.anchors(cfg.anchor_variants)
-        self.device = resolve_device(cfg.device)
-        self.calibration = server_set(cfg, "calibration")
+        self.points = PointEvaluator.for_run(cfg, self.info)
         self._refused: set[int] = set()
 
     # ---- budgets ------------------------------------------------------------------------------
@@ -85,29 +86,15 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
     # ---- evaluation ---------------------------------------------------------------------------
     def variant_rows(self, state: State, indices: list[int], data: ImageArrays) -> list[dict]:
         """Accuracy and loss of cached variants, each after its own BN recalibration."""
-        return evaluate_variants(
-            self.space,
-            state,
-            indices,
-            calibration=self.calibration,
-            data=data,
-            info=self.info,
-            batch_size=self.cfg.batch_size,
-            device=self.device,
-            seed=self.cfg.seed,
-        )
+        return self.points.variants(self.space, state, indices, data)
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """The largest cached variant (what a single-model method would serve)."""
-        row = self.variant_rows(state, [len(self.space.cache) - 1], data)[0]
-        return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
+        return point_result(self.variant_rows(state, [len(self.space.cache) - 1], data)[0], data)
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self.variant_rows(state, self.anchors, data)
-        metrics = {f"val-acc-v{r['index']}": r["accuracy"] for r in rows}
-        metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
-        metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
-        return metrics
+        return points_validation(rows, lambda r: f"val-acc-v{r['index']}")
 
     def served_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         """Every cached variant tested, population accuracy under largest-affordable serving."""
