@@ -16,15 +16,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from flwr.app import Message, MetricRecord, RecordDict
+from flwr.app import Message, RecordDict
 from torch import nn
 
 from fedapp.clients import fedavg
+from fedapp.clients.evaluation import evaluation_reply, no_model_reply
 from fedapp.clients.local_state import load_arrays, save_arrays
 from fedapp.clients.training import (
     TrainStats,
-    eval_loader,
-    evaluate,
     resolve_device,
     seed_local_work,
     sgd,
@@ -32,13 +31,11 @@ from fedapp.clients.training import (
     train_supervised,
 )
 from fedapp.config import RunConfig
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import population
 from fedapp.messages import (
     ARRAYS,
     CONFIG,
-    EVAL_SPLIT,
     METRICS,
-    NUM_EXAMPLES,
     from_record,
     load_state,
 )
@@ -50,7 +47,6 @@ from fedapp.strategies.base import COMPUTE_METRIC
 PERSONAL_KEY = "ditto-personal"
 #: extra seed of the personal model's local work (its data order differs from the global copy's)
 PERSONAL_STREAM = 1
-EVAL_BATCH_SIZE = 256
 
 
 def add_proximal_term(
@@ -112,24 +108,12 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
 
 
 def evaluate_personal(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
-    """This node's personal model on the server-held split the message names. A node that was
-    never sampled has no personal model and answers with zero examples (the server drops it)."""
+    """This node's personal model on the server-held split the message names (a node never
+    sampled has none: :func:`no_model_reply`)."""
     kept = load_arrays(node.state, PERSONAL_KEY)
     if kept is None:
-        return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
+        return no_model_reply()
     info = population(cfg).info
     model = build_model(cfg.model, info)
     load_state(model, kept)
-    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
-    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
-    return RecordDict(
-        {
-            METRICS: MetricRecord(
-                {
-                    NUM_EXAMPLES: int(result["examples"]),
-                    "accuracy": result["accuracy"],
-                    "loss": result["loss"],
-                }
-            )
-        }
-    )
+    return evaluation_reply(model, message, cfg, info)

@@ -26,6 +26,7 @@ from fedapp.clients.distillation import (
     public_images,
     target_loader,
 )
+from fedapp.clients.evaluation import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.local_state import load_arrays, save_arrays
 from fedapp.clients.nas import (
@@ -49,18 +50,17 @@ from fedapp.clients.training import (
 )
 from fedapp.config import RunConfig
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import population
 from fedapp.messages import (
     ARRAYS,
     CONFIG,
-    EVAL_SPLIT,
     METRICS,
     NUM_EXAMPLES,
     from_record,
     load_state,
     to_record,
 )
-from fedapp.models.families import build_candidate, family_candidates, run_family
+from fedapp.models.families import build_candidate, describe
 from fedapp.profiles import LocalNode
 from fedapp.strategies.base import COMPUTE_METRIC
 
@@ -196,23 +196,9 @@ def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> Recor
     history = NasHistory.load(node.state)
     weights = warm_start(node.state, history.incumbent) if history.incumbent else None
     if weights is None:
-        return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
+        return no_model_reply()
     info = population(cfg).info
     model = build_candidate(history.incumbent, info)
     load_state(model, weights)
-    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
-    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
-    candidate = next(
-        c
-        for c in family_candidates(run_family(cfg), info, cfg.batch_size)
-        if c.name == history.incumbent
-    )
-    metrics = {
-        NUM_EXAMPLES: int(result["examples"]),
-        "accuracy": result["accuracy"],
-        "loss": result["loss"],
-        "macs": candidate.macs,
-        "params": candidate.params,
-        "multiplier": candidate.multiplier,
-    }
-    return RecordDict({METRICS: MetricRecord(metrics)})
+    costs = candidate_costs(describe(history.incumbent, info, cfg.batch_size))
+    return evaluation_reply(model, message, cfg, info, costs)

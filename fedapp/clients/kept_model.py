@@ -8,16 +8,15 @@ accuracy through EVALUATE messages (``HeterogeneousStrategy.client_evaluation``)
 
 from __future__ import annotations
 
-from flwr.app import Message, MetricRecord, RecordDict
+from flwr.app import Message, RecordDict
 from torch import nn
 
+from fedapp.clients.evaluation import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.clients.local_state import load_arrays, save_arrays
-from fedapp.clients.training import eval_loader, evaluate, resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import population, server_set
-from fedapp.messages import CONFIG, EVAL_SPLIT, METRICS, NUM_EXAMPLES, load_state
+from fedapp.federated_data import population
+from fedapp.messages import load_state
 from fedapp.models.families import (
     Candidate,
     build_candidate,
@@ -55,31 +54,11 @@ def keep_model(node: LocalNode, model: nn.Module) -> None:
 
 
 def evaluate_kept_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
-    """Client evaluator: this node's kept model on the server-held split the message names.
-
-    A node that has not trained yet has no model: it answers zero examples, which the server
-    drops (with a logged reason) instead of averaging in an untrained model.
-    """
+    """Client evaluator: this node's kept model on the server-held split the message names (a
+    node that has not trained yet has no model: :func:`no_model_reply`)."""
     if load_arrays(node.state, MODEL_KEY) is None:
-        return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
+        return no_model_reply()
     info = population(cfg).info
     model, _ = kept_model(cfg, node, info)
-    return evaluation_reply(model, own_candidate(cfg, info, node.budget), message, cfg, info)
-
-
-def evaluation_reply(
-    model: nn.Module, candidate: Candidate, message: Message, cfg: RunConfig, info: DatasetInfo
-) -> RecordDict:
-    """A client-held candidate's accuracy and loss on the split an EVALUATE message names, with
-    its costs (what every client evaluator of a family model answers)."""
-    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
-    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
-    metrics = {
-        NUM_EXAMPLES: int(result["examples"]),
-        "accuracy": result["accuracy"],
-        "loss": result["loss"],
-        "macs": candidate.macs,
-        "params": candidate.params,
-        "multiplier": candidate.multiplier,
-    }
-    return RecordDict({METRICS: MetricRecord(metrics)})
+    costs = candidate_costs(own_candidate(cfg, info, node.budget))
+    return evaluation_reply(model, message, cfg, info, costs)

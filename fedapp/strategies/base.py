@@ -306,6 +306,16 @@ class HeterogeneousStrategy(Strategy):
             rows.append({"partition": profile.partition_id, **metrics})
         return sorted(rows, key=lambda row: row["partition"])
 
+    def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, float | int]]]:
+        """Unweighted mean accuracy and loss over the clients' own models on a split (NaN when
+        no client answered validly), and the per-client rows of :meth:`client_evaluation`."""
+        rows = self.client_evaluation(split)
+        mean = {
+            key: float(np.mean([r[key] for r in rows])) if rows else float("nan")
+            for key in ("accuracy", "loss")
+        }
+        return mean, rows
+
     # ---- Flower's Strategy interface (records in and out; e.g. for Strategy.start) ----------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -14,7 +14,6 @@ from logging import INFO
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from flwr.common.logger import log
 
 from fedapp.data.registry import ImageArrays
@@ -30,29 +29,27 @@ class DittoStrategy(FedAvgStrategy):
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         metrics = super().validation_metrics(state, data)
-        rows = self.client_evaluation("validation")
+        personal, rows = self.client_mean("validation")
         if rows:
-            metrics["val-personal-accuracy"] = float(np.mean([r["accuracy"] for r in rows]))
-            metrics["val-personal-loss"] = float(np.mean([r["loss"] for r in rows]))
+            metrics["val-personal-accuracy"] = personal["accuracy"]
+            metrics["val-personal-loss"] = personal["loss"]
         return metrics
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         global_result = super().test_summary(state, data, run_dir)
-        rows = self.client_evaluation("test")
+        personal, rows = self.client_mean("test")
         if rows:
             write_csv(run_dir / PERSONAL_FILE, rows)
-        personal_accuracy = float(np.mean([r["accuracy"] for r in rows])) if rows else float("nan")
-        personal_loss = float(np.mean([r["loss"] for r in rows])) if rows else float("nan")
         log(
             INFO,
             "Ditto: personal models %.2f%% (mean over %d clients), global model %.2f%%",
-            100 * personal_accuracy,
+            100 * personal["accuracy"],
             len(rows),
             100 * global_result["test_accuracy"],
         )
         return {
-            "test_accuracy": personal_accuracy,
-            "test_loss": personal_loss,
+            "test_accuracy": personal["accuracy"],
+            "test_loss": personal["loss"],
             "test_accuracy_is": "mean over clients of the personal model's test accuracy",
             "personal_clients": len(rows),
             "personal": rows,

@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedapp.clients.kept_model import run_candidates
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
@@ -41,14 +39,10 @@ class KeptModelStrategy(HeterogeneousStrategy):
         raise NotImplementedError("models live on the clients: use client_evaluation(split)")
 
     def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
-        """Unweighted mean accuracy and loss over the clients' models, and the per-client rows."""
-        rows = self.client_evaluation(split)
+        """The clients' mean (the method's only model): an error when no client answered."""
+        mean, rows = super().client_mean(split)
         if not rows:
             raise RuntimeError(f"no client returned a valid {split} evaluation")
-        mean = {
-            "accuracy": float(np.mean([r["accuracy"] for r in rows])),
-            "loss": float(np.mean([r["loss"] for r in rows])),
-        }
         return mean, rows
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:

@@ -1,0 +1,50 @@
+"""Client evaluators: a model held on the client, tested on the server-held split an EVALUATE
+message names (Ditto's personal models, FedMD/FedDistill's kept models, FedKD-NAS's students).
+
+Every such evaluator answers the same metrics, so the server averages them alike
+(``HeterogeneousStrategy.client_mean``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from flwr.app import Message, MetricRecord, RecordDict
+from torch import nn
+
+from fedapp.clients.training import eval_loader, evaluate, resolve_device
+from fedapp.config import RunConfig
+from fedapp.data.registry import DatasetInfo
+from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
+from fedapp.federated_data import server_set
+from fedapp.messages import CONFIG, EVAL_SPLIT, METRICS, NUM_EXAMPLES
+from fedapp.models.families import Candidate
+
+
+def no_model_reply() -> RecordDict:
+    """What a node without a model (never trained) answers: zero examples, which the server
+    drops with a logged reason instead of averaging in an untrained model."""
+    return RecordDict({METRICS: MetricRecord({NUM_EXAMPLES: 0})})
+
+
+def evaluation_reply(
+    model: nn.Module,
+    message: Message,
+    cfg: RunConfig,
+    info: DatasetInfo,
+    extra: Mapping[str, int | float] | None = None,
+) -> RecordDict:
+    """The model's accuracy and loss on the split the message names, plus ``extra`` metrics."""
+    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
+    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
+    metrics = {
+        NUM_EXAMPLES: int(result["examples"]),
+        "accuracy": result["accuracy"],
+        "loss": result["loss"],
+    }
+    return RecordDict({METRICS: MetricRecord(metrics | dict(extra or {}))})
+
+
+def candidate_costs(candidate: Candidate) -> dict[str, int | float]:
+    """A family model's costs, reported with its evaluation."""
+    return {"macs": candidate.macs, "params": candidate.params, "multiplier": candidate.multiplier}
