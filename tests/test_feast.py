@@ -12,7 +12,8 @@ from flwr.app import ConfigRecord
 from local_grid import LocalGrid, run_config, server_context
 
 from fedapp.client_app import app as client_app
-from fedapp.clients.feast import co_training_step, plan_for
+from fedapp.clients.feast import co_training_gradients, plan_for
+from fedapp.clients.training import optimizer_step
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.accounting import CommunicationLedger, coverage_probability, exposure
 from fedapp.feast_space import model_space
@@ -112,16 +113,15 @@ def test_one_optimizer_step_per_minibatch_with_summed_clipped_gradients() -> Non
     generator = torch.Generator().manual_seed(0)
     x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))  # shapes only
     for _ in range(3):
-        outcome = co_training_step(
+        outcome = optimizer_step(
             model,
-            plan,
+            optimizer,
             x,
             y,
+            co_training_gradients(model, plan, generator, kd_weight=0.5),
             generator=generator,
-            optimizer=optimizer,
-            kd_weight=0.5,
-            grad_clip=1e-3,
             mix=True,
+            grad_clip=1e-3,
         )
         total = math.sqrt(
             sum(float(p.grad.norm()) ** 2 for p in model.parameters() if p.grad is not None)

@@ -15,11 +15,18 @@ from dataclasses import dataclass
 
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
-from torch import nn
 
-from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.clients.training import (
+    Gradients,
+    StepOutcome,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_epochs,
+    train_loader,
+)
 from fedapp.config import RunConfig
-from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.feast_space import ModelSpace, model_space
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
@@ -28,6 +35,7 @@ from fedapp.models.cache import Variant
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
 from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
 
 #: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
 FORWARD_BACKWARD_FACTOR = 3
@@ -89,50 +97,33 @@ def plan_for(space: ModelSpace, affordable: Sequence[int], rule: str) -> CoTrain
     return CoTrainingPlan(smallest, largest, between, rule)
 
 
-@dataclass(frozen=True)
-class StepOutcome:
-    loss: float  # supervised loss of the first pass (the local max, or the only pass)
-    forward_macs: int  # per example, summed over the passes
+def co_training_gradients(
+    model: ElasticResNet, plan: CoTrainingPlan, generator: torch.Generator, kd_weight: float
+) -> Gradients:
+    """Every pass of the plan on one (mixed) mini-batch, accumulating gradients; reports the
+    first pass's supervised loss and the forward MACs of all passes."""
 
+    def gradients(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> StepOutcome:
+        teacher: torch.Tensor | None = None
+        first_loss, macs = 0.0, 0
+        for index, step in enumerate(plan.passes(generator)):
+            model.activate(step.variant.arch)
+            logits = model(x)
+            loss = mixed_cross_entropy(logits, y_a, y_b, lam)
+            if index == 0:
+                first_loss = loss.item()
+            if step.distil:
+                if teacher is None:
+                    raise RuntimeError("a distilled pass needs the teacher pass before it")
+                kd = -(teacher * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
+                loss = (1 - kd_weight) * loss + kd_weight * kd
+            loss.backward()
+            if step.teacher:
+                teacher = torch.softmax(logits.detach(), dim=1)
+            macs += step.variant.macs
+        return StepOutcome(first_loss, macs)
 
-def co_training_step(
-    model: ElasticResNet,
-    plan: CoTrainingPlan,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    generator: torch.Generator,
-    optimizer: torch.optim.Optimizer,
-    kd_weight: float,
-    grad_clip: float,
-    mix: bool,
-) -> StepOutcome:
-    """One optimizer step on one mini-batch, every pass of the plan accumulating gradients."""
-    if mix:
-        x, y_a, y_b, lam = mix_batch(x, y, generator)
-    else:
-        y_a, y_b, lam = y, y, 1.0
-    optimizer.zero_grad(set_to_none=True)
-    teacher: torch.Tensor | None = None
-    first_loss, macs = 0.0, 0
-    for index, step in enumerate(plan.passes(generator)):
-        model.activate(step.variant.arch)
-        logits = model(x)
-        loss = mixed_cross_entropy(logits, y_a, y_b, lam)
-        if index == 0:
-            first_loss = loss.item()
-        if step.distil:
-            if teacher is None:
-                raise RuntimeError("a distilled pass needs the teacher pass before it")
-            kd = -(teacher * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
-            loss = (1 - kd_weight) * loss + kd_weight * kd
-        loss.backward()
-        if step.teacher:
-            teacher = torch.softmax(logits.detach(), dim=1)
-        macs += step.variant.macs
-    nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    return StepOutcome(first_loss, macs)
+    return gradients
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
@@ -161,37 +152,29 @@ def train_plan(
     model = ElasticResNet(space.config, bounds)
     load_into(model, message.content[ARRAYS])
     device = resolve_device(cfg.device)
-    model.to(device).train()
 
     server_round = int(config["server-round"])
     generator = seed_local_work(cfg.seed, server_round, node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
-    loss_sum, examples, forward_macs, steps = 0.0, 0, 0, 0
-    for _ in range(cfg.local_epochs):
-        for x, y in loader:
-            outcome = co_training_step(
-                model,
-                plan,
-                x.to(device),
-                y.to(device),
-                generator=generator,
-                optimizer=optimizer,
-                kd_weight=cfg.kd_weight,
-                grad_clip=cfg.grad_clip,
-                mix=cfg.mix_batches,
-            )
-            loss_sum += outcome.loss * len(y)
-            examples += len(y)
-            forward_macs += outcome.forward_macs * len(y)
-            steps += 1
+    stats = train_epochs(
+        model,
+        loader,
+        optimizer,
+        co_training_gradients(model, plan, generator, cfg.kd_weight),
+        epochs=cfg.local_epochs,
+        device=device,
+        generator=generator,
+        mix=cfg.mix_batches,
+        grad_clip=cfg.grad_clip,
+    )
     metrics = MetricRecord(
         {
             NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": loss_sum / max(examples, 1),
-            "train-steps": steps,
+            "train-loss": stats.loss,
+            "train-steps": stats.steps,
             "train-seconds": time.perf_counter() - started,
-            "compute-proxy-macs": float(FORWARD_BACKWARD_FACTOR * forward_macs),
+            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * stats.forward_macs),
             "passes": plan.num_passes,
         }
     )

@@ -18,7 +18,14 @@ from torch import nn
 
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.kept_model import keep_model, kept_model, own_candidate
-from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.clients.training import (
+    backward,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_epochs,
+    train_loader,
+)
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
@@ -78,27 +85,23 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
     recorded = LabelLogits(info.num_classes)
-    model.to(device).train()
-    loss_sum, examples = 0.0, 0
-    for _ in range(cfg.local_epochs):
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            output = model(x)
-            loss = distillation_loss(output, y, global_logits, present, cfg.feddistill_weight)
-            loss.backward()
-            optimizer.step()
-            recorded.add(output, y)
-            loss_sum += loss.item() * len(y)
-            examples += len(y)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:
+        output = model(x)
+        recorded.add(output, y)
+        return distillation_loss(output, y, global_logits, present, cfg.feddistill_weight)
+
+    stats = train_epochs(
+        model, loader, optimizer, backward(loss_of), epochs=cfg.local_epochs, device=device
+    )
     keep_model(node, model)
     means, counts = recorded.means()
     macs = own_candidate(cfg, info, node.budget).macs
     metrics = {
         NUM_EXAMPLES: len(loader.dataset),
-        "train-loss": loss_sum / max(examples, 1),
+        "train-loss": stats.loss,
         "train-seconds": time.perf_counter() - start,
-        COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * examples),
+        COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * stats.examples),
     }
     arrays = {LABEL_LOGITS: means, LABEL_COUNTS: counts}
     return RecordDict({ARRAYS: to_record(arrays), METRICS: MetricRecord(metrics)})

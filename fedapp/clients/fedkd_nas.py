@@ -10,7 +10,6 @@ the node's state and never uploads anything.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -40,11 +39,13 @@ from fedapp.clients.nas import (
 )
 from fedapp.clients.training import (
     TrainStats,
+    backward,
     eval_loader,
     evaluate,
     resolve_device,
     seed_local_work,
     sgd,
+    train_epochs,
     train_loader,
     train_supervised,
 )
@@ -83,24 +84,18 @@ def train_with_kd(
 
     Both batches go through one forward pass, so BN sees private and public images together.
     """
-    start = time.perf_counter()
-    model.to(device).train()
-    loss_sum, examples, public_seen, steps = 0.0, 0, 0, 0
-    for _ in range(epochs):
-        for x, y in private:
-            xp, target = next(public)
-            x, y, xp, target = x.to(device), y.to(device), xp.to(device), target.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            logits = model(torch.cat([x, xp]))
-            ce = nn.functional.cross_entropy(logits[: len(x)], y)
-            loss = ce + alpha * kd_loss(logits[len(x) :], target, temperature)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.item() * len(y)
-            examples += len(y)
-            public_seen += len(xp)
-            steps += 1
-    stats = TrainStats(loss_sum / max(examples, 1), examples, steps, time.perf_counter() - start)
+    public_seen = 0
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:
+        nonlocal public_seen
+        xp, target = next(public)
+        xp, target = xp.to(device), target.to(device)
+        public_seen += len(xp)
+        logits = model(torch.cat([x, xp]))
+        ce = nn.functional.cross_entropy(logits[: len(x)], y)
+        return ce + alpha * kd_loss(logits[len(x) :], target, temperature)
+
+    stats = train_epochs(model, private, optimizer, backward(loss_of), epochs=epochs, device=device)
     return stats, public_seen
 
 

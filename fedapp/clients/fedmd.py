@@ -34,7 +34,14 @@ from fedapp.clients.kept_model import (
     kept_model,
     own_candidate,
 )
-from fedapp.clients.training import resolve_device, seed_local_work, train_loader, train_supervised
+from fedapp.clients.training import (
+    backward,
+    resolve_device,
+    seed_local_work,
+    train_epochs,
+    train_loader,
+    train_supervised,
+)
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.federated_data import population, server_set
@@ -91,16 +98,8 @@ def digest(
     device: torch.device,
 ) -> int:
     """Fit the model's logits to the consensus; returns the examples seen."""
-    model.to(device).train()
-    examples = 0
-    for _ in range(epochs):
-        for x, target in loader:
-            x, target = x.to(device), target.to(device)
-            optimizer.zero_grad(set_to_none=True)
-            digest_loss(model(x), target).backward()
-            optimizer.step()
-            examples += len(x)
-    return examples
+    gradients = backward(lambda x, target, _, __: digest_loss(model(x), target))
+    return train_epochs(model, loader, optimizer, gradients, epochs=epochs, device=device).examples
 
 
 def adam(model: nn.Module) -> torch.optim.Adam:

@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import time
 
+import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch.func import functional_call
 
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
-from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.clients.training import (
+    backward,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_epochs,
+    train_loader,
+)
 from fedapp.config import RunConfig
-from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
 from fedapp.models.arch import SupernetConfig
@@ -50,37 +58,37 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     load_into(model, message.content[ARRAYS])
     start = {k: v.clone() for k, v in model.state_dict().items()}
     device = resolve_device(cfg.device)
-    model.to(device).train()
     names = masked_names(model)
 
     generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     # No weight decay: it would move masked values, which must stay bit-identical.
     optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, weight_decay=0.0)
-    loss_sum, examples, steps = 0.0, 0, 0
-    for _ in range(cfg.local_epochs):
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            if cfg.mix_batches:
-                x, y_a, y_b, lam = mix_batch(x, y, generator)
-            else:
-                y_a, y_b, lam = y, y, 1.0
-            logits = functional_call(model, masked_parameters(model, names, threshold), (x,))
-            loss = mixed_cross_entropy(logits, y_a, y_b, lam)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.item() * len(y)
-            examples += len(y)
-            steps += 1
+
+    def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
+        logits = functional_call(model, masked_parameters(model, names, threshold), (x,))
+        return mixed_cross_entropy(logits, y_a, y_b, lam)
+
+    stats = train_epochs(
+        model,
+        loader,
+        optimizer,
+        backward(loss_of),
+        epochs=cfg.local_epochs,
+        device=device,
+        generator=generator,
+        mix=cfg.mix_batches,
+    )
     delta = {k: v.cpu() - start[k] for k, v in model.state_dict().items()}
     metrics = MetricRecord(
         {
             NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": loss_sum / max(examples, 1),
-            "train-steps": steps,
+            "train-loss": stats.loss,
+            "train-steps": stats.steps,
             "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * float(config[MASK_MACS]) * examples),
+            COMPUTE_METRIC: float(
+                FORWARD_BACKWARD_FACTOR * float(config[MASK_MACS]) * stats.examples
+            ),
         }
     )
     return RecordDict({ARRAYS: to_record(delta), METRICS: metrics})

@@ -13,12 +13,18 @@ import time
 import numpy as np
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
-from torch import nn
 
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
-from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.clients.training import (
+    backward,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_epochs,
+    train_loader,
+)
 from fedapp.config import RunConfig
-from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
 from fedapp.models.arch import SupernetConfig
@@ -67,39 +73,36 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     model = width_model(config, rate)
     load_into(model, message.content[ARRAYS])
     device = resolve_device(cfg.device)
-    model.to(device).train()
 
     shard = node.shard(cfg)
     present = class_mask(shard.labels, info.num_classes)
     generator = seed_local_work(cfg.seed, int(settings["server-round"]), node.partition_id)
     loader = train_loader(shard, info, cfg.batch_size, generator)
     optimizer = sgd(model, float(settings["learning-rate"]), cfg.momentum, cfg.weight_decay)
-    loss_sum, examples, steps = 0.0, 0, 0
-    for _ in range(cfg.local_epochs):
-        for x, y in loader:
-            if len(y) < 2:  # static BN cannot normalise a lone example by its batch statistics
-                continue
-            x, y = x.to(device), y.to(device)
-            if cfg.mix_batches:
-                x, y_a, y_b, lam = mix_batch(x, y, generator)
-            else:
-                y_a, y_b, lam = y, y, 1.0
-            optimizer.zero_grad(set_to_none=True)
-            loss = mixed_cross_entropy(masked_logits(model(x), present), y_a, y_b, lam)
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            loss_sum += loss.item() * len(y)
-            examples += len(y)
-            steps += 1
+
+    def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
+        return mixed_cross_entropy(masked_logits(model(x), present), y_a, y_b, lam)
+
+    stats = train_epochs(
+        model,
+        loader,
+        optimizer,
+        backward(loss_of),
+        epochs=cfg.local_epochs,
+        device=device,
+        generator=generator,
+        mix=cfg.mix_batches,
+        grad_clip=cfg.grad_clip,
+        min_batch=2,  # static BN cannot normalise a lone example by its batch statistics
+    )
     macs = count(config, width_arch(config, rate)).macs
     metrics = MetricRecord(
         {
             NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": loss_sum / max(examples, 1),
-            "train-steps": steps,
+            "train-loss": stats.loss,
+            "train-steps": stats.steps,
             "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * examples),
+            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * stats.examples),
         }
     )
     arrays = {**model.state_dict(), LABEL_MASK: present.numpy().astype(np.float32)}

@@ -15,13 +15,19 @@ import time
 import torch
 import torch.nn.functional as F
 from flwr.app import Message, MetricRecord, RecordDict
-from torch import nn
 
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
-from fedapp.clients.training import resolve_device, seed_local_work, sgd, train_loader
+from fedapp.clients.training import (
+    backward,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_epochs,
+    train_loader,
+)
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.data.transforms import mix_batch, mixed_cross_entropy
+from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
 from fedapp.models.counter import Cost
@@ -89,44 +95,37 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     model = level_model(cfg, info, level)
     load_into(model, message.content[ARRAYS])
     device = resolve_device(cfg.device)
-    model.to(device).train()
 
     server_round = int(config["server-round"])
     generator = seed_local_work(cfg.seed, server_round, node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
     gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds) else 0.0
-    loss_sum, examples, steps = 0.0, 0, 0
-    for _ in range(cfg.local_epochs):
-        for x, y in loader:
-            x, y = x.to(device), y.to(device)
-            if cfg.mix_batches:
-                x, y_a, y_b, lam = mix_batch(x, y, generator)
-            else:
-                y_a, y_b, lam = y, y, 1.0
-            optimizer.zero_grad(set_to_none=True)
-            loss = self_distillation_loss(
-                model.exit_logits(x),
-                y_a,
-                y_b,
-                lam,
-                gamma=gamma,
-                temperature=cfg.scalefl_kd_temperature,
-            )
-            loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            loss_sum += loss.item() * len(y)
-            examples += len(y)
-            steps += 1
+
+    def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
+        outputs = model.exit_logits(x)
+        temperature = cfg.scalefl_kd_temperature
+        return self_distillation_loss(outputs, y_a, y_b, lam, gamma=gamma, temperature=temperature)
+
+    stats = train_epochs(
+        model,
+        loader,
+        optimizer,
+        backward(loss_of),
+        epochs=cfg.local_epochs,
+        device=device,
+        generator=generator,
+        mix=cfg.mix_batches,
+        grad_clip=cfg.grad_clip,
+    )
     level_macs = costs_of_levels(cfg, info)[level].macs
     metrics = MetricRecord(
         {
             NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": loss_sum / max(examples, 1),
-            "train-steps": steps,
+            "train-loss": stats.loss,
+            "train-steps": stats.steps,
             "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * level_macs * examples),
+            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * level_macs * stats.examples),
             "level": level,
         }
     )
