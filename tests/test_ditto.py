@@ -13,14 +13,15 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedapp.client_app import app as client_app
-from fedapp.clients import ditto
+from fedapp.clients import ditto, fedavg
 from fedapp.clients.local_state import load_arrays
 from fedapp.clients.training import seed_local_work, train_loader
 from fedapp.config import parse_run_config
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, load_state, to_record
-from fedapp.models.zoo import build_model
+from fedapp.messages import ARRAYS, CONFIG, METRICS, load_state, to_record
+from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import local_node
+from fedapp.strategies.base import COMPUTE_METRIC
 from fedapp.server_app import run_experiment
 
 CPU = torch.device("cpu")
@@ -122,3 +123,23 @@ def test_two_round_federation_reports_personal_and_global_accuracy(tmp_path) -> 
     ]
     assert all("val-personal-accuracy" in row and "val-accuracy" in row for row in rows)
     assert (tmp_path / "ditto" / "personal.csv").exists()
+
+
+def test_fedavg_and_ditto_replies_carry_the_compute_proxy() -> None:
+    """3 x forward MACs x examples trained; Ditto's personal model trains as much again."""
+    config = run_config(**(DITTO_DIGITS | {"model": "cnn-small", "local_epochs": 2}))
+    server_context(config)
+    cfg = parse_run_config(config)
+    info = population(cfg).info
+    node = local_node({"partition-id": 0, "num-partitions": 4}, cfg)
+    torch.manual_seed(0)
+    state = {k: v.numpy().copy() for k, v in build_model(cfg.model, info).state_dict().items()}
+    trained = len(node.shard(cfg).labels) * cfg.local_epochs
+    expected = 3 * forward_macs(cfg.model, info) * trained
+
+    fedavg_metrics = fedavg.train(_train_message(state, 1), cfg, node)[METRICS]
+    ditto_metrics = ditto.train(_train_message(state, 1), cfg, node)[METRICS]
+
+    assert forward_macs(cfg.model, info) > 0
+    assert fedavg_metrics[COMPUTE_METRIC] == expected
+    assert ditto_metrics[COMPUTE_METRIC] == 2 * expected

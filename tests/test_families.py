@@ -7,6 +7,7 @@ import itertools
 import pytest
 import torch
 from local_grid import run_config
+from torch.utils.flop_counter import FlopCounterMode
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo
@@ -23,7 +24,7 @@ from fedapp.models.families import (
 )
 from fedapp.models.routing import BudgetError
 from fedapp.models.substrate import width_arch
-from fedapp.models.zoo import build_model
+from fedapp.models.zoo import build_model, forward_macs
 
 MNIST = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", False)
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
@@ -52,6 +53,22 @@ def test_every_candidate_builds_for_the_input_and_is_sorted_by_macs(family, info
         out = smallest(torch.zeros(2, info.channels, info.image_size, info.image_size))
     assert out.shape == (2, info.num_classes)
     assert sum(p.numel() for p in smallest.parameters()) == candidates[0].params
+
+
+def test_forward_macs_of_any_model_name_leaves_the_global_rng_alone() -> None:
+    """The compute proxy's unit: a candidate's counted MACs, a conf CNN's FLOP count / 2; the
+    throw-away build does not shift the seeded training that follows it."""
+    candidate = family_candidates("lenet5", MNIST, batch_size=8)[0]
+    cnn = build_model("cnn-small", CIFAR)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        cnn(torch.zeros(1, CIFAR.channels, CIFAR.image_size, CIFAR.image_size))
+    torch.manual_seed(0)
+    expected_draw = torch.rand(1)
+    torch.manual_seed(0)
+    assert forward_macs(candidate.name, MNIST) == candidate.macs
+    assert forward_macs("cnn-small", CIFAR) == counter.get_total_flops() // 2 > 0
+    assert torch.equal(torch.rand(1), expected_draw)
 
 
 def test_wider_candidates_cost_more_and_memory_grows_with_the_batch() -> None:

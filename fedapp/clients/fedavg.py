@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flwr.app import Message, MetricRecord, RecordDict
 
+from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
     resolve_device,
     seed_local_work,
@@ -14,8 +15,9 @@ from fedapp.clients.training import (
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
-from fedapp.models.zoo import build_model
+from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import LocalNode
+from fedapp.strategies.base import COMPUTE_METRIC
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
@@ -24,7 +26,8 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
 
 
 def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
-    """Local SGD on the received weights of the named model (FedDF: the client's prototype)."""
+    """Local SGD on the received weights of the named model (FedDF: the client's prototype);
+    reports the compute proxy (3 x forward MACs x examples trained)."""
     info = population(cfg).info
     server_round = int(message.content[CONFIG]["server-round"])
     lr = float(message.content[CONFIG]["learning-rate"])
@@ -45,6 +48,9 @@ def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNo
             "train-loss": stats.loss,
             "train-steps": stats.steps,
             "train-seconds": stats.seconds,
+            COMPUTE_METRIC: float(
+                FORWARD_BACKWARD_FACTOR * forward_macs(name, info) * stats.examples
+            ),
         }
     )
     return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

@@ -180,6 +180,14 @@ def build_candidate(name: str, info: DatasetInfo) -> nn.Module:
     return FAMILIES[family].build(multiplier, info)
 
 
+def counted_macs(model: nn.Module, channels: int, side: int) -> int:
+    """Forward MACs of one image through the model, FLOP-counted (a MAC is two FLOPs)."""
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model(torch.zeros(1, channels, side, side))
+    return counter.get_total_flops() // 2
+
+
 @cache
 def _profile(name: str, channels: int, side: int, num_classes: int) -> tuple[int, int, int]:
     """(forward MACs, parameters, activation values kept for backward) for one image."""
@@ -193,13 +201,11 @@ def _profile(name: str, channels: int, side: int, num_classes: int) -> tuple[int
 
     leaves = [m for m in model.modules() if not list(m.children())]
     hooks = [m.register_forward_hook(count_output) for m in leaves]
-    counter = FlopCounterMode(display=False)
-    with torch.no_grad(), counter:
-        model(torch.zeros(1, channels, side, side))
+    macs = counted_macs(model, channels, side)
     for hook in hooks:
         hook.remove()
     params = sum(p.numel() for p in model.parameters())
-    return counter.get_total_flops() // 2, params, activations
+    return macs, params, activations
 
 
 def describe(name: str, info: DatasetInfo, batch_size: int) -> Candidate:
