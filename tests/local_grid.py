@@ -11,7 +11,7 @@ import tomllib
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
@@ -21,6 +21,13 @@ from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
+
+from fedapp.client_app import app as client_app
+from fedapp.config import RunConfig, parse_run_config
+from fedapp.profiles import NodeRegistry
+from fedapp.server_app import run_experiment
+from fedapp.strategies.base import HeterogeneousStrategy
+from fedapp.strategies.registry import build_strategy
 
 APP_DIR = Path(__file__).resolve().parents[1]
 FIRST_NODE_ID = 1001
@@ -133,3 +140,33 @@ class LocalGrid(Grid):
         self, messages: Iterable[Message], *, timeout: float | None = None
     ) -> Iterable[Message]:
         return list(self.pull_messages(self.push_messages(messages)))
+
+
+class Federation(NamedTuple):
+    """An in-process federation a test drives step by step: the parsed run config, the grid of
+    the app's real ClientApp, the profiled nodes and the run's strategy (not yet started)."""
+
+    cfg: RunConfig
+    grid: LocalGrid
+    nodes: NodeRegistry
+    strategy: HeterogeneousStrategy
+
+
+def local_federation(config: dict[str, Any], num_nodes: int, **grid_options: Any) -> Federation:
+    """The set-up of a federation test: server identity, grid, every node profiled, strategy."""
+    cfg = parse_run_config(config)
+    server_context(config)
+    grid = LocalGrid(client_app, config, num_nodes, **grid_options)
+    nodes = NodeRegistry()
+    nodes.wait_for(grid, num_nodes, timeout=5)
+    return Federation(cfg, grid, nodes, build_strategy(cfg, nodes))
+
+
+def run_local(
+    config: dict[str, Any], num_nodes: int, **grid_options: Any
+) -> tuple[dict[str, Any], LocalGrid]:
+    """A whole run (the ServerApp's logic) on ``num_nodes`` in-process nodes: its summary, and
+    the grid (what was sent, each node's context)."""
+    server_context(config)
+    grid = LocalGrid(client_app, config, num_nodes, **grid_options)
+    return run_experiment(grid, parse_run_config(config)), grid

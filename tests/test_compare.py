@@ -9,10 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from local_grid import LocalGrid, server_context
+from local_grid import run_local
 from processes import BIN_DIR, flower_env, pids_mentioning
 
-from fedapp.client_app import app as client_app
 from fedapp.compare import (
     COMPARISONS_DIR,
     EFFICIENCY_FILE,
@@ -26,7 +25,6 @@ from fedapp.compare import (
     write_outputs,
 )
 from fedapp.config import ConfigError, parse_run_config
-from fedapp.server_app import run_experiment
 
 
 def _comparison_file(tmp_path: Path, text: str) -> str:
@@ -84,8 +82,7 @@ def test_table_plot_and_scores_from_real_runs(tmp_path: Path) -> None:
             "out-dir": str(tmp_path),
             "run-name": f"{strategy}/run",
         }
-        server_context(config)
-        run_experiment(LocalGrid(client_app, config, num_nodes=4), parse_run_config(config))
+        run_local(config, num_nodes=4)
     summaries = collect_summaries(tmp_path, comparison.strategies)
     assert set(summaries) == {"fedavg", "feast"}
 

@@ -8,11 +8,10 @@ import json
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
-from local_grid import LocalGrid, preset_overrides, run_config, server_context
+from local_grid import preset_overrides, run_config, run_local, server_context
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedapp.client_app import app as client_app
 from fedapp.clients import ditto, fedavg
 from fedapp.clients.local_state import load_arrays
 from fedapp.clients.training import seed_local_work, train_loader
@@ -22,7 +21,6 @@ from fedapp.messages import ARRAYS, CONFIG, METRICS, load_state, to_record
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import local_node
 from fedapp.strategies.base import COMPUTE_METRIC
-from fedapp.server_app import run_experiment
 
 CPU = torch.device("cpu")
 DITTO_DIGITS = preset_overrides("fedavg-digits") | {
@@ -104,10 +102,7 @@ def test_personal_model_is_kept_in_node_state_and_trained_from_there() -> None:
 
 def test_two_round_federation_reports_personal_and_global_accuracy(tmp_path) -> None:
     config = run_config(**(DITTO_DIGITS | {"out_dir": str(tmp_path), "run_name": "ditto"}))
-    cfg = parse_run_config(config)
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=4)
-    summary = run_experiment(grid, cfg)
+    summary, grid = run_local(config, num_nodes=4)
 
     assert summary["personal_clients"] == 4 and len(summary["personal"]) == 4
     accuracies = [row["accuracy"] for row in summary["personal"]]

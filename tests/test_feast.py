@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import ConfigRecord
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import local_federation, run_config
 
-from fedapp.client_app import app as client_app
 from fedapp.clients.feast import co_training_gradients, plan_for
 from fedapp.clients.training import optimizer_step
 from fedapp.config import ConfigError, parse_run_config
@@ -21,9 +20,7 @@ from fedapp.federated_data import population
 from fedapp.messages import from_record, to_record
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
-from fedapp.profiles import NodeRegistry
 from fedapp.server_app import run_experiment
-from fedapp.strategies.registry import build_strategy
 
 DIGITS_FEAST = {
     "strategy": "feast",
@@ -151,12 +148,7 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
             }
         )
     )
-    cfg = parse_run_config(config)
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=4)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 4, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    cfg, grid, nodes, strategy = local_federation(config, num_nodes=4)
     initial = strategy.initial_state()
     messages = list(strategy.configure_train(1, to_record(initial), ConfigRecord(), grid))
     routes = {

@@ -8,19 +8,15 @@ import json
 import numpy as np
 import torch
 from flwr.app import ConfigRecord
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import local_federation, run_config
 from torch import nn
 
-from fedapp.client_app import app as client_app
 from fedapp.clients.distillation import HIDDEN_LABEL, kd_loss, predict_logits
-from fedapp.config import parse_run_config
 from fedapp.data.registry import DatasetInfo, ImageArrays, load_dataset
 from fedapp.messages import from_record, to_record
-from fedapp.profiles import NodeRegistry
 from fedapp.server_app import run_experiment
 from fedapp.strategies.ensemble_distillation import DistillSettings, distil, ensemble_logits
 from fedapp.strategies.feddf import prototype_state, uniform_average
-from fedapp.strategies.registry import build_strategy
 
 CPU = torch.device("cpu")
 #: digits, 4 clients whose Zipf budgets (56k, 164k, 229k, 134k MACs) afford lenet5-x0.5 (19k) or
@@ -162,12 +158,7 @@ def test_distillation_moves_the_student_towards_the_teacher() -> None:
 
 def test_two_round_federation_of_two_prototypes(tmp_path) -> None:
     config = run_config(**(FEDDF_DIGITS | {"out_dir": str(tmp_path), "run_name": "feddf"}))
-    cfg = parse_run_config(config)
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=4)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 4, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    cfg, grid, _, strategy = local_federation(config, num_nodes=4)
     initial = strategy.initial_state()
     assert [c.name for c in strategy.served] == ["lenet5-x0.5", "lenet5-x1.0"]
     assert (strategy.public.labels == HIDDEN_LABEL).all()  # the server never uses public labels

@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Array, MessageType
-from local_grid import LocalGrid, preset_overrides, run_config, server_context
+from local_grid import (
+    LocalGrid,
+    local_federation,
+    preset_overrides,
+    run_config,
+    run_local,
+    server_context,
+)
 
 from fedapp.client_app import app as client_app
 from fedapp.config import parse_run_config
@@ -145,20 +152,9 @@ def test_bad_reply_is_dropped_and_the_rest_averaged(tmp_path, corrupt, reason) -
         )
         return reply
 
-    grid = LocalGrid(
-        client_app,
-        config,
-        num_nodes=3,
-        reply_hooks={0: capture, 1: lambda i, r: corrupt(r), 2: capture},
+    _, grid, _, strategy = local_federation(
+        config, num_nodes=3, reply_hooks={0: capture, 1: lambda i, r: corrupt(r), 2: capture}
     )
-    cfg = parse_run_config(config)
-    from fedapp.profiles import NodeRegistry
-    from fedapp.strategies.registry import build_strategy
-
-    server_context(config)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 3, timeout=5)
-    strategy = build_strategy(cfg, nodes)
     initial = strategy.initial_state()
     from flwr.app import ConfigRecord
 
@@ -184,9 +180,7 @@ def test_bad_reply_is_dropped_and_the_rest_averaged(tmp_path, corrupt, reason) -
 def test_same_seed_same_cohorts_and_model(tmp_path) -> None:
     def final_state(name: str, seed: int) -> tuple[list[list[int]], dict[str, np.ndarray]]:
         config = _config(tmp_path, num_clients=4, fraction_train=0.5, seed=seed, run_name=name)
-        grid = LocalGrid(client_app, config, num_nodes=4)
-        server_context(config)
-        run_experiment(grid, parse_run_config(config))
+        _, grid = run_local(config, num_nodes=4)
         import torch
 
         state = torch.load(tmp_path / name / "model_final.pt", weights_only=True)
@@ -212,15 +206,9 @@ def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:
     from flwr.app import ConfigRecord, Context, RecordDict
 
     from fedapp.messages import to_record
-    from fedapp.profiles import NodeRegistry
-    from fedapp.strategies.registry import build_strategy
 
     config = _config(tmp_path, num_clients=3, fraction_train=1.0, min_train_clients=3)
-    grid = LocalGrid(client_app, config, num_nodes=3)
-    server_context(config)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 3, timeout=5)
-    strategy = build_strategy(parse_run_config(config), nodes)
+    _, grid, nodes, strategy = local_federation(config, num_nodes=3)
     state = to_record(strategy.initial_state())
     strategy.aggregate_train(
         1, grid.send_and_receive(strategy.configure_train(1, state, ConfigRecord(), grid))

@@ -10,9 +10,8 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import RecordDict
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import run_config, run_local
 
-from fedapp.client_app import app as client_app
 from fedapp.clients.distillation import endless, kd_loss
 from fedapp.clients.fedkd_nas import train_with_kd
 from fedapp.clients.nas import (
@@ -29,7 +28,6 @@ from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.messages import from_record
 from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
-from fedapp.server_app import run_experiment
 from fedapp.strategies.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
@@ -194,9 +192,7 @@ def _run(tmp_path, strategy: str, rounds: int = 2):
         **(FAST | {"strategy": strategy, "num_server_rounds": rounds})
         | {"out_dir": str(tmp_path), "run_name": strategy}
     )
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=3)
-    summary = run_experiment(grid, parse_run_config(config))
+    summary, grid = run_local(config, num_nodes=3)
     with (tmp_path / strategy / "nas_choices.csv").open() as f:
         choices = list(csv.DictReader(f))
     return summary, grid, choices

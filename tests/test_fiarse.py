@@ -8,11 +8,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import local_federation, run_config
 from torch import nn
 from torch.func import functional_call
 
-from fedapp.client_app import app as client_app
 from fedapp.clients.fiarse import full_model
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
@@ -28,10 +27,8 @@ from fedapp.models.masks import (
     value_costs,
 )
 from fedapp.models.substrate import substrate_config
-from fedapp.profiles import NodeRegistry
 from fedapp.server_app import run_experiment
 from fedapp.strategies.fiarse import mac_levels, sparse_delta_average
-from fedapp.strategies.registry import build_strategy
 
 
 class Tiny(nn.Module):
@@ -195,12 +192,7 @@ def test_two_round_federation_on_digits(tmp_path) -> None:
             }
         )
     )
-    cfg = parse_run_config(config)
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=3)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 3, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    cfg, grid, nodes, strategy = local_federation(config, num_nodes=3)
     initial = strategy.initial_state()
     messages = strategy.configure_round(1, initial, grid)
     family = strategy.family(initial)

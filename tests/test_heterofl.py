@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from flwr.app import ConfigRecord
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import local_federation, run_config
 from torch import nn
 
-from fedapp.client_app import app as client_app
 from fedapp.clients.heterofl import (
     LABEL_MASK,
     WIDTH_KEY,
@@ -30,7 +29,6 @@ from fedapp.models.width_scaling import attach_scaler
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.server_app import run_experiment
 from fedapp.strategies.heterofl import HeteroFLStrategy
-from fedapp.strategies.registry import build_strategy
 from fedapp.strategies.replies import ValidReply
 
 #: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
@@ -174,12 +172,7 @@ def test_two_round_federation_reports_every_width(tmp_path) -> None:
         "run_name": "heterofl",
     }
     config = run_config(**overrides)
-    cfg = parse_run_config(config)
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=4)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 4, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    cfg, grid, nodes, strategy = local_federation(config, num_nodes=4)
     initial = strategy.initial_state()
     messages = list(strategy.configure_train(1, to_record(initial), ConfigRecord(), grid))
     for m in messages:  # each node gets its width, and exactly that width's slices

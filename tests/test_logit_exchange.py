@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from flwr.app import Array, ConfigRecord, Message, MessageType, RecordDict
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import LocalGrid, local_federation, run_config, server_context
 
 from fedapp.client_app import app as client_app
 from fedapp.clients.distillation import target_loader
@@ -32,11 +32,10 @@ from fedapp.clients.training import seed_local_work, train_loader, train_supervi
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
 from fedapp.messages import from_record, load_state, to_record
-from fedapp.profiles import NodeRegistry, local_node
+from fedapp.profiles import local_node
 from fedapp.server_app import run_experiment
 from fedapp.strategies.feddistill import CLIENT_LOGITS, UPLOAD_ROUND, label_consensus
 from fedapp.strategies.fedmd import consensus
-from fedapp.strategies.registry import build_strategy
 
 #: digits, 3 IID clients whose budgets afford different LeNet5 widths (8x8: 7.7k-246k MACs)
 DIGITS = {
@@ -71,7 +70,7 @@ def _cfg(base: dict[str, Any], **overrides: Any) -> tuple[dict[str, Any], Any]:
 def _first_round_with_a_corrupt_reply(base: dict[str, Any], array: str, corrupt_at: tuple):
     """Round 1 over 3 nodes where node 1 sends inf in ``array``; returns what the others sent,
     the grid, the node registry, the strategy and the new state."""
-    config, cfg = _cfg(base)
+    config, _ = _cfg(base)
     sent: dict[int, dict[str, np.ndarray]] = {}
 
     def capture(index, reply):
@@ -84,13 +83,9 @@ def _first_round_with_a_corrupt_reply(base: dict[str, Any], array: str, corrupt_
         reply.content["arrays"][array] = Array(bad)
         return reply
 
-    grid = LocalGrid(
-        client_app, config, num_nodes=3, reply_hooks={0: capture, 1: corrupt, 2: capture}
+    _, grid, nodes, strategy = local_federation(
+        config, num_nodes=3, reply_hooks={0: capture, 1: corrupt, 2: capture}
     )
-    server_context(config)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 3, timeout=5)
-    strategy = build_strategy(cfg, nodes)
     messages = strategy.configure_round(1, strategy.initial_state(), grid)
     state, _ = strategy.aggregate_round(1, grid.send_and_receive(messages))
     assert strategy.report.accepted == 2
@@ -199,12 +194,8 @@ def test_fedmd_client_first_sampled_late_pretrains_then_digests_and_revisits() -
 
 
 def test_never_trained_node_is_left_out_of_the_client_mean() -> None:
-    config, cfg = _cfg(FEDMD, fraction_train=0.5, min_train_clients=2)
-    grid = LocalGrid(client_app, config, num_nodes=3)
-    server_context(config)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 3, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    config, _ = _cfg(FEDMD, fraction_train=0.5, min_train_clients=2)
+    _, grid, nodes, strategy = local_federation(config, num_nodes=3)
     messages = strategy.configure_round(1, strategy.initial_state(), grid)
     strategy.aggregate_round(1, grid.send_and_receive(messages))
     trained = sorted(nodes.profiles[m.metadata.dst_node_id].partition_id for m in messages)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 from flwr.app import MessageType
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import LocalGrid, local_federation, run_config, server_context
 from test_feast import DIGITS_FEAST
 
 from fedapp.client_app import app as client_app
@@ -231,7 +231,7 @@ def test_two_round_federation_for_both_names(tmp_path, name) -> None:
 
 
 def test_dropped_max_reply_leaves_a_plain_average_of_the_rest(tmp_path) -> None:
-    config, cfg = _grid(tmp_path, "deepfednas", fraction_train=1.0, num_server_rounds=1)
+    config, _ = _grid(tmp_path, "deepfednas", fraction_train=1.0, num_server_rounds=1)
     kept: dict[int, dict[str, np.ndarray]] = {}
 
     def keep(index, reply):
@@ -240,10 +240,7 @@ def test_dropped_max_reply_leaves_a_plain_average_of_the_rest(tmp_path) -> None:
 
     # round 1, all four sampled, equal counts: partition 0 (node index 0) gets the MaxNet
     hooks = {0: lambda index, reply: None, 1: keep, 2: keep, 3: keep}
-    grid = LocalGrid(client_app, config, num_nodes=4, reply_hooks=hooks)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 4, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    _, grid, _, strategy = local_federation(config, num_nodes=4, reply_hooks=hooks)
     initial = strategy.initial_state()
     messages = strategy.configure_round(1, initial, grid)
     assert strategy.assigned[0].role == MAX
@@ -258,11 +255,8 @@ def test_dropped_max_reply_leaves_a_plain_average_of_the_rest(tmp_path) -> None:
 
 
 def test_unconstrained_max_client_receives_the_whole_supernet(tmp_path) -> None:
-    config, cfg = _grid(tmp_path, "superfednas", subnet_sampling="unconstrained")
-    grid = LocalGrid(client_app, config, num_nodes=4)
-    nodes = NodeRegistry()
-    nodes.wait_for(grid, 4, timeout=5)
-    strategy = build_strategy(cfg, nodes)
+    config, _ = _grid(tmp_path, "superfednas", subnet_sampling="unconstrained")
+    _, grid, nodes, strategy = local_federation(config, num_nodes=4)
     initial = strategy.initial_state()
     sizes = {}
     for message in strategy.configure_round(1, initial, grid):

@@ -9,10 +9,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from local_grid import LocalGrid, run_config, server_context
+from local_grid import run_config, run_local
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedapp.client_app import app as client_app
 from fedapp.clients.scalefl import kd_active, self_distillation_loss
 from fedapp.config import parse_run_config
 from fedapp.messages import NUM_EXAMPLES
@@ -26,7 +25,6 @@ from fedapp.models.early_exits import (
 )
 from fedapp.models.slicing import fits
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.server_app import run_experiment
 from fedapp.strategies.registry import build_strategy
 from fedapp.strategies.replies import ValidReply
 
@@ -181,10 +179,7 @@ def test_two_round_federation_on_digits(tmp_path) -> None:
     config = run_config(
         **(DIGITS_SCALEFL | {"num_server_rounds": 2, "out_dir": str(tmp_path), "run_name": "s"})
     )
-    cfg = parse_run_config(config)
-    server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=4)
-    summary = run_experiment(grid, cfg)
+    summary, _ = run_local(config, num_nodes=4)
     assert summary["clients_below_smallest_level"] == 1
     assert [v["index"] for v in summary["variants"]] == [0, 1, 2, 3]
     assert [v["macs"] for v in summary["variants"]] == sorted(
