@@ -19,11 +19,8 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.clients.training import (
     Gradients,
     StepOutcome,
-    resolve_device,
-    seed_local_work,
-    sgd,
-    train_epochs,
-    train_loader,
+    local_sgd,
+    train_local_epochs,
 )
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
@@ -148,26 +145,11 @@ def train_plan(
     started = time.perf_counter()
     info = population(cfg).info
     space = model_space(cfg, info)
-    config = message.content[CONFIG]
     model = ElasticResNet(space.config, bounds)
     load_into(model, message.content[ARRAYS])
-    device = resolve_device(cfg.device)
-
-    server_round = int(config["server-round"])
-    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
-    stats = train_epochs(
-        model,
-        loader,
-        optimizer,
-        co_training_gradients(model, plan, generator, cfg.kd_weight),
-        epochs=cfg.local_epochs,
-        device=device,
-        generator=generator,
-        mix=cfg.mix_batches,
-        grad_clip=cfg.grad_clip,
-    )
+    generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
+    gradients = co_training_gradients(model, plan, generator, cfg.kd_weight)
+    stats = train_local_epochs(model, loader, optimizer, gradients, cfg, generator)
     metrics = MetricRecord(
         {
             NUM_EXAMPLES: len(loader.dataset),

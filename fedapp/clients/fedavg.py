@@ -6,15 +6,13 @@ from flwr.app import Message, MetricRecord, RecordDict
 
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
+    local_sgd,
     resolve_device,
-    seed_local_work,
-    sgd,
-    train_loader,
     train_supervised,
 )
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.messages import ARRAYS, METRICS, NUM_EXAMPLES, load_into, to_record
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import LocalNode
 from fedapp.strategies.base import COMPUTE_METRIC
@@ -29,19 +27,10 @@ def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNo
     """Local SGD on the received weights of the named model (FedDF: the client's prototype);
     reports the compute proxy (3 x forward MACs x examples trained)."""
     info = population(cfg).info
-    server_round = int(message.content[CONFIG]["server-round"])
-    lr = float(message.content[CONFIG]["learning-rate"])
     model = build_model(name, info)
     load_into(model, message.content[ARRAYS])
-    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    stats = train_supervised(
-        model,
-        loader,
-        sgd(model, lr, cfg.momentum, cfg.weight_decay),
-        cfg.local_epochs,
-        resolve_device(cfg.device),
-    )
+    _, loader, optimizer = local_sgd(model, message, cfg, node, info)
+    stats = train_supervised(model, loader, optimizer, cfg.local_epochs, resolve_device(cfg.device))
     metrics = MetricRecord(
         {
             NUM_EXAMPLES: len(loader.dataset),

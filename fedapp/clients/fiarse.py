@@ -21,11 +21,8 @@ from torch.func import functional_call
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
     backward,
-    resolve_device,
-    seed_local_work,
-    sgd,
-    train_epochs,
-    train_loader,
+    local_sgd,
+    train_local_epochs,
 )
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
@@ -57,27 +54,16 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     model = full_model(substrate_config(cfg, info))
     load_into(model, message.content[ARRAYS])
     start = {k: v.clone() for k, v in model.state_dict().items()}
-    device = resolve_device(cfg.device)
     names = masked_names(model)
-
-    generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     # No weight decay: it would move masked values, which must stay bit-identical.
-    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, weight_decay=0.0)
+    generator, loader, optimizer = local_sgd(model, message, cfg, node, info, weight_decay=0.0)
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         logits = functional_call(model, masked_parameters(model, names, threshold), (x,))
         return mixed_cross_entropy(logits, y_a, y_b, lam)
 
-    stats = train_epochs(
-        model,
-        loader,
-        optimizer,
-        backward(loss_of),
-        epochs=cfg.local_epochs,
-        device=device,
-        generator=generator,
-        mix=cfg.mix_batches,
+    stats = train_local_epochs(
+        model, loader, optimizer, backward(loss_of), cfg, generator, clip=False
     )
     delta = {k: v.cpu() - start[k] for k, v in model.state_dict().items()}
     metrics = MetricRecord(

@@ -17,11 +17,8 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
     backward,
-    resolve_device,
-    seed_local_work,
-    sgd,
-    train_epochs,
-    train_loader,
+    local_sgd,
+    train_local_epochs,
 )
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
@@ -72,28 +69,15 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     rate = float(settings[WIDTH_KEY])
     model = width_model(config, rate)
     load_into(model, message.content[ARRAYS])
-    device = resolve_device(cfg.device)
-
-    shard = node.shard(cfg)
-    present = class_mask(shard.labels, info.num_classes)
-    generator = seed_local_work(cfg.seed, int(settings["server-round"]), node.partition_id)
-    loader = train_loader(shard, info, cfg.batch_size, generator)
-    optimizer = sgd(model, float(settings["learning-rate"]), cfg.momentum, cfg.weight_decay)
+    present = class_mask(node.shard(cfg).labels, info.num_classes)
+    generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         return mixed_cross_entropy(masked_logits(model(x), present), y_a, y_b, lam)
 
-    stats = train_epochs(
-        model,
-        loader,
-        optimizer,
-        backward(loss_of),
-        epochs=cfg.local_epochs,
-        device=device,
-        generator=generator,
-        mix=cfg.mix_batches,
-        grad_clip=cfg.grad_clip,
-        min_batch=2,  # static BN cannot normalise a lone example by its batch statistics
+    # static BN cannot normalise a lone example by its batch statistics
+    stats = train_local_epochs(
+        model, loader, optimizer, backward(loss_of), cfg, generator, min_batch=2
     )
     macs = count(config, width_arch(config, rate)).macs
     metrics = MetricRecord(

@@ -19,11 +19,8 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
     backward,
-    resolve_device,
-    seed_local_work,
-    sgd,
-    train_epochs,
-    train_loader,
+    local_sgd,
+    train_local_epochs,
 )
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
@@ -94,12 +91,8 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     level = int(config["level"])
     model = level_model(cfg, info, level)
     load_into(model, message.content[ARRAYS])
-    device = resolve_device(cfg.device)
-
+    generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
     server_round = int(config["server-round"])
-    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
     gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds) else 0.0
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
@@ -107,17 +100,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         temperature = cfg.scalefl_kd_temperature
         return self_distillation_loss(outputs, y_a, y_b, lam, gamma=gamma, temperature=temperature)
 
-    stats = train_epochs(
-        model,
-        loader,
-        optimizer,
-        backward(loss_of),
-        epochs=cfg.local_epochs,
-        device=device,
-        generator=generator,
-        mix=cfg.mix_batches,
-        grad_clip=cfg.grad_clip,
-    )
+    stats = train_local_epochs(model, loader, optimizer, backward(loss_of), cfg, generator)
     level_macs = costs_of_levels(cfg, info)[level].macs
     metrics = MetricRecord(
         {
