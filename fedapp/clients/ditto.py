@@ -32,13 +32,7 @@ from fedapp.clients.training import (
 )
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
-from fedapp.messages import (
-    ARRAYS,
-    CONFIG,
-    METRICS,
-    from_record,
-    load_state,
-)
+from fedapp.messages import ARRAYS, CONFIG, METRICS, from_record, load_state
 from fedapp.models.zoo import build_model
 from fedapp.profiles import LocalNode
 from fedapp.strategies.base import COMPUTE_METRIC

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
 
+from fedapp.clients.reply_metrics import train_metrics
 from fedapp.clients.training import (
     Gradients,
     StepOutcome,
@@ -26,16 +27,12 @@ from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.feast_space import ModelSpace, model_space
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
 from fedapp.models.arch import Arch
 from fedapp.models.cache import Variant
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
 from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
-
-#: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
-FORWARD_BACKWARD_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -150,14 +147,9 @@ def train_plan(
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
     gradients = co_training_gradients(model, plan, generator, cfg.kd_weight)
     stats = train_local_epochs(model, loader, optimizer, gradients, cfg, generator)
+    seconds = time.perf_counter() - started
     metrics = MetricRecord(
-        {
-            NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": stats.loss,
-            "train-steps": stats.steps,
-            "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * stats.forward_macs),
-            "passes": plan.num_passes,
-        }
+        train_metrics(len(loader.dataset), stats, seconds, stats.forward_macs)
+        | {"passes": plan.num_passes}
     )
     return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

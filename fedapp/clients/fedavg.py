@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.reply_metrics import train_metrics
 from fedapp.clients.training import (
     local_sgd,
     resolve_device,
@@ -12,10 +12,9 @@ from fedapp.clients.training import (
 )
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.messages import ARRAYS, METRICS, load_into, to_record
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
@@ -31,15 +30,6 @@ def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNo
     load_into(model, message.content[ARRAYS])
     _, loader, optimizer = local_sgd(model, message, cfg, node, info)
     stats = train_supervised(model, loader, optimizer, cfg.local_epochs, resolve_device(cfg.device))
-    metrics = MetricRecord(
-        {
-            NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": stats.loss,
-            "train-steps": stats.steps,
-            "train-seconds": stats.seconds,
-            COMPUTE_METRIC: float(
-                FORWARD_BACKWARD_FACTOR * forward_macs(name, info) * stats.examples
-            ),
-        }
-    )
+    forward = forward_macs(name, info) * stats.examples
+    metrics = MetricRecord(train_metrics(len(loader.dataset), stats, stats.seconds, forward))
     return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

@@ -16,8 +16,8 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.kept_model import keep_model, kept_model, own_candidate
+from fedapp.clients.reply_metrics import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
     backward,
     resolve_device,

@@ -26,7 +26,6 @@ from fedapp.clients.distillation import (
     target_loader,
 )
 from fedapp.clients.evaluation import candidate_costs, evaluation_reply, no_model_reply
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.local_state import load_arrays, save_arrays
 from fedapp.clients.nas import (
     NasHistory,
@@ -37,6 +36,7 @@ from fedapp.clients.nas import (
     record,
     warm_start,
 )
+from fedapp.clients.reply_metrics import train_metrics
 from fedapp.clients.training import (
     TrainStats,
     backward,
@@ -56,14 +56,12 @@ from fedapp.messages import (
     ARRAYS,
     CONFIG,
     METRICS,
-    NUM_EXAMPLES,
     from_record,
     load_state,
     to_record,
 )
 from fedapp.models.families import build_candidate, describe
 from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
 
 TARGET = "target"  # payload: the (M, C) logits to distil from
 LOGITS = "logits"  # FedKD-NAS reply: the student's (M, C) logits on the public set
@@ -149,12 +147,8 @@ def local_round(
     keep_weights(node.state, history, name, model.state_dict(), cfg.nas_keep)
     history.save(node.state)
     macs = choice.candidate.macs
-    metrics: dict[str, float | int] = {
-        NUM_EXAMPLES: len(private.dataset),
-        "train-loss": stats.loss,
-        "train-steps": stats.steps,
-        "train-seconds": stats.seconds,
-        COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * (stats.examples + public_seen)),
+    forward_macs = macs * (stats.examples + public_seen)
+    metrics = train_metrics(len(private.dataset), stats, stats.seconds, forward_macs) | {
         "nas-multiplier": choice.candidate.multiplier,
         "nas-macs": macs,
         "nas-score": choice.score,

@@ -28,12 +28,12 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from fedapp.clients.distillation import predict_logits, target_loader
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.kept_model import (
     keep_model,
     kept_model,
     own_candidate,
 )
+from fedapp.clients.reply_metrics import FORWARD_BACKWARD_FACTOR
 from fedapp.clients.training import (
     backward,
     resolve_device,

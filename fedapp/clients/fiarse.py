@@ -18,7 +18,7 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch.func import functional_call
 
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.reply_metrics import train_metrics
 from fedapp.clients.training import (
     backward,
     local_sgd,
@@ -27,13 +27,12 @@ from fedapp.clients.training import (
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
 from fedapp.models.arch import SupernetConfig
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.masks import masked_names, masked_parameters
 from fedapp.models.substrate import substrate_config
 from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
 
 #: Config keys the server sets per client and round.
 THRESHOLD = "mask-threshold"  # keep |w| >= this
@@ -66,15 +65,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         model, loader, optimizer, backward(loss_of), cfg, generator, clip=False
     )
     delta = {k: v.cpu() - start[k] for k, v in model.state_dict().items()}
-    metrics = MetricRecord(
-        {
-            NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": stats.loss,
-            "train-steps": stats.steps,
-            "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(
-                FORWARD_BACKWARD_FACTOR * float(config[MASK_MACS]) * stats.examples
-            ),
-        }
-    )
+    seconds = time.perf_counter() - started
+    forward_macs = float(config[MASK_MACS]) * stats.examples
+    metrics = MetricRecord(train_metrics(len(loader.dataset), stats, seconds, forward_macs))
     return RecordDict({ARRAYS: to_record(delta), METRICS: metrics})

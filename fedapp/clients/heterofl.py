@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.reply_metrics import train_metrics
 from fedapp.clients.training import (
     backward,
     local_sgd,
@@ -23,14 +23,13 @@ from fedapp.clients.training import (
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
 from fedapp.models.arch import SupernetConfig
 from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import ResNet
 from fedapp.models.substrate import substrate_config, width_arch
 from fedapp.models.width_scaling import STATIC_BN, attach_scaler
 from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
 
 #: HeteroFL's width multipliers (rate letters e, d, c, b, a), smallest first.
 WIDTHS: tuple[float, ...] = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
@@ -80,14 +79,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         model, loader, optimizer, backward(loss_of), cfg, generator, min_batch=2
     )
     macs = count(config, width_arch(config, rate)).macs
+    seconds = time.perf_counter() - started
     metrics = MetricRecord(
-        {
-            NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": stats.loss,
-            "train-steps": stats.steps,
-            "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * stats.examples),
-        }
+        train_metrics(len(loader.dataset), stats, seconds, macs * stats.examples)
     )
     arrays = {**model.state_dict(), LABEL_MASK: present.numpy().astype(np.float32)}
     return RecordDict({ARRAYS: to_record(arrays), METRICS: metrics})

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.clients.feast import FORWARD_BACKWARD_FACTOR
+from fedapp.clients.reply_metrics import train_metrics
 from fedapp.clients.training import (
     backward,
     local_sgd,
@@ -26,12 +26,11 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, load_into, to_record
+from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
 from fedapp.models.counter import Cost
 from fedapp.models.early_exits import SCALEFL_LEVELS, EarlyExitResNet, level_cost
 from fedapp.models.substrate import substrate_config
 from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
 
 #: Distillation is active in rounds after this fraction of the run (reference: ``gamma_active``).
 KD_START_FRACTION = 0.25
@@ -102,14 +101,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
 
     stats = train_local_epochs(model, loader, optimizer, backward(loss_of), cfg, generator)
     level_macs = costs_of_levels(cfg, info)[level].macs
+    seconds = time.perf_counter() - started
     metrics = MetricRecord(
-        {
-            NUM_EXAMPLES: len(loader.dataset),
-            "train-loss": stats.loss,
-            "train-steps": stats.steps,
-            "train-seconds": time.perf_counter() - started,
-            COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * level_macs * stats.examples),
-            "level": level,
-        }
+        train_metrics(len(loader.dataset), stats, seconds, level_macs * stats.examples)
+        | {"level": level}
     )
     return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

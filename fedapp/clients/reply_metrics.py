@@ -1,0 +1,25 @@
+"""The metrics every client trainer's reply carries about its local work, which the server's
+accounting reads (training loss, steps and time; the compute proxy, ``COMPUTE_METRIC``)."""
+
+from __future__ import annotations
+
+from fedapp.clients.training import TrainStats
+from fedapp.messages import NUM_EXAMPLES
+from fedapp.strategies.base import COMPUTE_METRIC
+
+#: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
+FORWARD_BACKWARD_FACTOR = 3
+
+
+def train_metrics(
+    num_examples: int, stats: TrainStats, seconds: float, forward_macs: float
+) -> dict[str, float | int]:
+    """Examples held, mean training loss, optimizer steps, wall time, and the compute proxy:
+    ``FORWARD_BACKWARD_FACTOR`` x ``forward_macs`` (forward MACs summed over the examples)."""
+    return {
+        NUM_EXAMPLES: num_examples,
+        "train-loss": stats.loss,
+        "train-steps": stats.steps,
+        "train-seconds": seconds,
+        COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * forward_macs),
+    }
