@@ -30,6 +30,8 @@ LR_SCHEDULES = ("constant", "cosine")
 TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
 #: SuperFedNAS/DeepFedNAS transfers: draw subnets from the whole space or the affordable set.
 SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained")
+#: Strategies that distil on the server-held public set, so they need public-size >= 1.
+PUBLIC_SET_STRATEGIES = ("fedkd-nas", "local-kd", "fedmd", "feddf")
 
 
 class ConfigError(ValueError):
@@ -281,7 +283,12 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"'min-train-clients' = {cfg.min_train_clients} asks for more clients per round than "
             f"'num-clients' = {cfg.num_clients}: allowed is 1 to num-clients"
         )
-    if cfg.strategy == "fedmd" and cfg.alignment_size > cfg.public_size:
+    if cfg.strategy in PUBLIC_SET_STRATEGIES and cfg.public_size < 1:
+        problems.append(
+            f"strategy {cfg.strategy!r} distils on a public set, but 'public-size' = "
+            f"{cfg.public_size}: set it to the number of server-held public images (e.g. 500)"
+        )
+    elif cfg.strategy == "fedmd" and cfg.alignment_size > cfg.public_size:
         problems.append(
             f"'alignment-size' = {cfg.alignment_size} is larger than 'public-size' = "
             f"{cfg.public_size}: FedMD draws its alignment subsets from the public set, so "

@@ -29,6 +29,7 @@ from fedapp.clients.fedmd import train as fedmd_train
 from fedapp.clients.kept_model import MODEL_KEY, kept_model, own_candidate
 from fedapp.clients.local_state import load_arrays
 from fedapp.clients.training import seed_local_work, train_loader, train_supervised
+from fedapp.compare import load_comparison
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
 from fedapp.messages import from_record, load_state, to_record
@@ -127,6 +128,14 @@ def test_fedmd_alignment_subset_is_stratified_seeded_and_fresh_each_round() -> N
 def test_fedmd_alignment_size_above_the_public_set_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="'alignment-size' = 300 is larger than 'public-size'"):
         _cfg(FEDMD, alignment_size=300)
+
+
+@pytest.mark.parametrize("strategy", ["fedkd-nas", "local-kd", "fedmd", "feddf"])
+def test_distillation_without_a_public_set_is_a_config_error(strategy: str) -> None:
+    with pytest.raises(ConfigError, match=f"strategy '{strategy}' distils on a public set"):
+        parse_run_config(run_config(strategy=strategy, public_size=0))
+    with pytest.raises(ConfigError, match="distils on a public set"):  # also through compare
+        load_comparison("fedkd-mnist5k", sets=["public-size=0"])
 
 
 def _train_message(server_round: int, payload: dict[str, np.ndarray]) -> Message:

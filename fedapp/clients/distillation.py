@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from fedapp.clients.training import eval_loader
-from fedapp.config import ConfigError, RunConfig
+from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, eval_transform, train_transform
 from fedapp.federated_data import server_set
@@ -27,13 +27,8 @@ PREDICT_BATCH_SIZE = 256
 
 
 def public_images(cfg: RunConfig) -> ImageArrays:
-    """The public set's images, labels withheld; ConfigError if the run has no public set."""
-    if cfg.public_size < 1:
-        raise ConfigError(
-            f"strategy {cfg.strategy!r} distils on a public set, but run config 'public-size' = "
-            f"{cfg.public_size}; set public-size to the number of server-held public images "
-            "(e.g. 500)"
-        )
+    """The public set's images, labels withheld (the run config guarantees the set exists for
+    every strategy that distils on it)."""
     images = server_set(cfg, "public").images
     return ImageArrays(images=images, labels=np.full(len(images), HIDDEN_LABEL, dtype=np.int64))
 
