@@ -166,17 +166,18 @@ class HeterogeneousStrategy(Strategy):
         if self.ledger.client_rounds:
             write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
         use = np.array(self.resource_use).reshape(-1, 2)
+        comm = self.ledger.summary(params_by_client)
         clients = max(len({row["partition"] for row in self.ledger.client_rounds}), 1)
-        traffic = sum(r["bytes_down"] + r["bytes_up"] for r in self.ledger.client_rounds)
+        traffic_mb = (comm.get("bytes_down_total", 0.0) + comm.get("bytes_up_total", 0.0)) / 2**20
         return {
             "resources": {
                 "cpu_percent_mean": float(use[:, 0].mean()) if len(use) else None,
                 "peak_rss_mb_mean": float(use[:, 1].mean()) if len(use) else None,
                 "peak_rss_mb_max": float(use[:, 1].max()) if len(use) else None,
-                "comm_mb_per_client": traffic / 2**20 / clients,
-                "comm_mb_total": traffic / 2**20,
+                "comm_mb_per_client": traffic_mb / clients,
+                "comm_mb_total": traffic_mb,
             },
-            "comm": self.ledger.summary(params_by_client),
+            "comm": comm,
             "compute_proxy_total_macs": float(sum(self.compute_proxy.values())),
             "compute_proxy_by_client": {str(k): v for k, v in sorted(self.compute_proxy.items())},
         }
