@@ -13,7 +13,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,7 @@ class HeterogeneousStrategy(Strategy):
         self.compute_proxy: dict[int, float] = {}
         self._sent: dict[int, tuple[int, int]] = {}  # node id -> (params, bytes) of its payload
         self._grid: Grid | None = None  # kept for methods whose models live on the clients
+        self._left_out: set[int] = set()  # nodes already logged as unable to take part
         #: Each accepted client-round's metered resources (fedapp.clients.metering).
         self.resource_use: list[tuple[float, float]] = []  # (cpu percent, peak RSS MB)
 
@@ -127,9 +128,24 @@ class HeterogeneousStrategy(Strategy):
             "learning-rate": scheduled_learning_rate(self.cfg, server_round),
         }
 
+    def ineligibility(self, profile: NodeProfile) -> str | None:
+        """Why a node cannot take part at all (e.g. its budget affords no model), or None."""
+        return None
+
     def eligible(self, profile: NodeProfile) -> bool:
-        """Whether a node can take part at all (e.g. its budget affords some model)."""
-        return True
+        """Whether a node can take part; one that cannot is logged once with the reason."""
+        reason = self.ineligibility(profile)
+        if reason is not None and profile.node_id not in self._left_out:
+            self._left_out.add(profile.node_id)
+            log(
+                ERROR,
+                "%s: node %s (partition %d) left out: %s",
+                self.cfg.strategy,
+                profile.node_id,
+                profile.partition_id,
+                reason,
+            )
+        return reason is None
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         """What a valid reply must contain (default: the payload's names, shapes and dtypes)."""

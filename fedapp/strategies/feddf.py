@@ -16,7 +16,7 @@ same operating-point format as the weight-sharing methods, with per-prototype ro
 
 from __future__ import annotations
 
-from logging import ERROR, INFO
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
@@ -102,26 +102,22 @@ class FedDFStrategy(HeterogeneousStrategy):
         )
         self.served: list[Candidate] = []  # the prototypes in the global state, by MACs
         self.distillations: list[dict[str, Any]] = []
-        self._refused: set[int] = set()
 
     # ---- prototypes ------------------------------------------------------------------------
     def prototype_of(self, profile: NodeProfile) -> Candidate:
         """The largest candidate of the family within the node's budget."""
         return largest_affordable(self.candidates, profile.budget)
 
-    def eligible(self, profile: NodeProfile) -> bool:
+    def ineligibility(self, profile: NodeProfile) -> str | None:
         """A node that affords no candidate, or (joining late) one outside the global state,
-        is left out with a logged reason."""
+        cannot take part."""
         try:
             prototype = self.prototype_of(profile)
-            if self.served and prototype not in self.served:
-                raise BudgetError(f"its prototype {prototype.name} is not in the global state")
         except BudgetError as err:
-            if profile.node_id not in self._refused:
-                self._refused.add(profile.node_id)
-                log(ERROR, "FedDF: node %s left out: %s", profile.node_id, err)
-            return False
-        return True
+            return str(err)
+        if self.served and prototype not in self.served:
+            return f"its prototype {prototype.name} is not in the global state"
+        return None
 
     def _model(self, prototype: str, tensors: State | None = None) -> nn.Module:
         model = build_candidate(prototype, self.info)

@@ -64,8 +64,10 @@ class FedKDNASStrategy(KeptModelStrategy):
     def uses_teacher(self) -> bool:
         return self.cfg.teacher_beta > 0
 
-    def eligible(self, profile: NodeProfile) -> bool:
-        return bool(affordable(self.candidates, profile.budget, memory_budget(self.cfg)))
+    def ineligibility(self, profile: NodeProfile) -> str | None:
+        if affordable(self.candidates, profile.budget, memory_budget(self.cfg)):
+            return None
+        return f"budget {profile.budget:.0f} MACs affords no candidate within the memory budget"
 
     def _train_teacher(self) -> torch.nn.Module:
         """The teacher, trained on the labelled public set (seeded)."""

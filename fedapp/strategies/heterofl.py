@@ -11,7 +11,7 @@ server's calibration set (HeteroFL's sBN "stats" pass).
 from __future__ import annotations
 
 from functools import partial
-from logging import ERROR, INFO
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,6 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         }
         self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
         self.points = PointEvaluator.for_run(cfg, self.info)
-        self._refused: set[int] = set()
 
     def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:
         """Shapes of a width's weights and biases: static BN sends no running statistics."""
@@ -68,22 +67,14 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         affordable = [rate for rate in WIDTHS if self.costs[rate].macs <= profile.budget]
         return affordable[-1] if affordable else None
 
-    def eligible(self, profile: NodeProfile) -> bool:
-        """A node that cannot afford the narrowest width is left out, logged once."""
+    def ineligibility(self, profile: NodeProfile) -> str | None:
+        """A node that cannot afford the narrowest width cannot take part."""
         if self.width_of(profile) is not None:
-            return True
-        if profile.node_id not in self._refused:
-            self._refused.add(profile.node_id)
-            log(
-                ERROR,
-                "HeteroFL: node %s (partition %d) left out: budget %.0f MACs is below the "
-                "narrowest width 1/16 (%d MACs)",
-                profile.node_id,
-                profile.partition_id,
-                profile.budget,
-                self.costs[WIDTHS[0]].macs,
-            )
-        return False
+            return None
+        return (
+            f"budget {profile.budget:.0f} MACs is below the narrowest width 1/16 "
+            f"({self.costs[WIDTHS[0]].macs} MACs)"
+        )
 
     def trained_widths(self) -> dict[int, float]:
         """Partition id -> width of every profiled node that can take part."""

@@ -31,8 +31,13 @@ class KeptModelStrategy(HeterogeneousStrategy):
         self.info = population(cfg).info
         self.cheapest_macs = run_candidates(cfg, self.info)[0].macs
 
-    def eligible(self, profile: NodeProfile) -> bool:
-        return profile.budget >= self.cheapest_macs
+    def ineligibility(self, profile: NodeProfile) -> str | None:
+        if profile.budget >= self.cheapest_macs:
+            return None
+        return (
+            f"budget {profile.budget:.0f} MACs is below the family's cheapest candidate "
+            f"({self.cheapest_macs} MACs)"
+        )
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """Not used: the data the clients evaluate on is named by split (see client_evaluation)."""

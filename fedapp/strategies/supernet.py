@@ -9,7 +9,7 @@ That shared part lives here so the comparison between them is like for like.
 
 from __future__ import annotations
 
-from logging import ERROR, INFO
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
@@ -42,30 +42,19 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         self.space = model_space(cfg, self.info)
         self.anchors = self.space.anchors(cfg.anchor_variants)
         self.points = PointEvaluator.for_run(cfg, self.info)
-        self._refused: set[int] = set()
 
     # ---- budgets ------------------------------------------------------------------------------
     def route_of(self, profile: NodeProfile) -> Route:
         """A node's affordable cached variants and their routed envelope."""
         return self.space.route(profile.budget)
 
-    def eligible(self, profile: NodeProfile) -> bool:
-        """A node whose budget affords no cached variant is left out, with a logged reason."""
+    def ineligibility(self, profile: NodeProfile) -> str | None:
+        """A node whose budget affords no cached variant cannot take part."""
         try:
             self.route_of(profile)
         except BudgetError as err:
-            if profile.node_id not in self._refused:
-                self._refused.add(profile.node_id)
-                log(
-                    ERROR,
-                    "%s: node %s (partition %d) left out: %s",
-                    self.method,
-                    profile.node_id,
-                    profile.partition_id,
-                    err,
-                )
-            return False
-        return True
+            return str(err)
+        return None
 
     def eligible_routes(self) -> dict[int, Route]:
         """Partition id -> route of every profiled node that can take part."""
