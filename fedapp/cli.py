@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from fedapp import compare
-from fedapp.device_profile import PROFILE_HELP
-from fedapp.device_profile import add_arguments as add_profile_arguments
-from fedapp.device_profile import profile as profile_device
+from fedapp.device_speed import PROFILE_HELP
+from fedapp.device_speed import add_arguments as add_profile_arguments
+from fedapp.device_speed import profile as profile_device
+from fedapp.extraction import EXTRACT_HELP, extract
+from fedapp.extraction import add_arguments as add_extract_arguments
 from fedapp.models.arch import SupernetConfig, load_supernet, parse_arch
 from fedapp.models.cache import (
     CACHES_DIR,
@@ -366,6 +368,11 @@ def cache_import_command(args: argparse.Namespace) -> Output:
 @command("profile", help=PROFILE_HELP, configure=add_profile_arguments)
 def _profile(args: argparse.Namespace) -> Output:
     return Output(*profile_device(args))
+
+
+@command("extract", help=EXTRACT_HELP, configure=add_extract_arguments)
+def _extract(args: argparse.Namespace) -> Output:
+    return Output(*extract(args))
 
 
 @command("compare", help=compare.COMPARE_HELP, configure=compare.add_arguments)

@@ -8,11 +8,11 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from fedapp.clients.metering import ResourceMeter
-from fedapp.clients.registry import NoClientEvaluator, client_evaluator, client_trainer
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetUnavailableError
-from fedapp.messages import METRICS
-from fedapp.profiles import PROFILE_KEY, local_node, local_profile
+from fedapp.messages import METRICS, PROFILE
+from fedapp.methods import NoClientEvaluator, client_evaluator, client_trainer
+from fedapp.profiles import local_node, local_profile
 
 app = ClientApp()
 
@@ -37,7 +37,7 @@ def query(message: Message, context: Context) -> Message:
         profile = local_profile(context, _config(context))
     except USER_ERRORS as err:
         return _refuse(message, err)
-    return Message(RecordDict({PROFILE_KEY: profile}), reply_to=message)
+    return Message(RecordDict({PROFILE: profile}), reply_to=message)
 
 
 @app.train()

@@ -25,10 +25,10 @@ from flwr.common.config import get_fused_config_from_dir
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
-from fedapp.evaluation.operating_points import write_csv
 from fedapp.evaluation.plots import plot_methods_accuracy_vs_macs
+from fedapp.evaluation.results import write_csv
 from fedapp.launcher import APP_DIR, run_app, write_run_config
-from fedapp.strategies.registry import STRATEGY_NAMES
+from fedapp.methods import METHOD_NAMES
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
 #: Keys that define the experiment every method must share; per-strategy overrides may not set them.
@@ -126,9 +126,9 @@ def load_comparison(
     if not strategies:
         raise ConfigError(f"{path.name}: no strategies to compare")
     problems = [
-        f"unknown strategy {s!r} (known: {', '.join(STRATEGY_NAMES)})"
+        f"unknown strategy {s!r} (known: {', '.join(METHOD_NAMES)})"
         for s in strategies
-        if s not in STRATEGY_NAMES
+        if s not in METHOD_NAMES
     ]
     overrides = spec.get("overrides", {})
     for strategy, knobs in overrides.items():

@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.data.registry import DATASET_NAMES
+from fedapp.methods import METHOD_NAMES, METHODS
 from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
 from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.factory import PARTITIONER_NAMES
-from fedapp.strategies.logit_fusion import LOGIT_AGGREGATIONS
-from fedapp.strategies.registry import STRATEGY_NAMES
+from fedapp.training.logit_fusion import LOGIT_AGGREGATIONS
 
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine")
@@ -30,8 +30,6 @@ LR_SCHEDULES = ("constant", "cosine")
 TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
 #: SuperFedNAS/DeepFedNAS transfers: draw subnets from the whole space or the affordable set.
 SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained")
-#: Strategies that distil on the server-held public set, so they need public-size >= 1.
-PUBLIC_SET_STRATEGIES = ("fedkd-nas", "local-kd", "fedmd", "feddf")
 
 
 class ConfigError(ValueError):
@@ -152,11 +150,17 @@ def key_of(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
-Check = tuple[Callable[[Any], bool], str]
+#: (predicate, what is allowed); the description may be a callable, read only on an error.
+Check = tuple[Callable[[Any], bool], str | Callable[[], str]]
+#: A list of allowed names, or a callable giving it (file listings are read only when checked).
+Names = tuple[str, ...] | Callable[[], tuple[str, ...]]
 
 
-def _one_of(names: tuple[str, ...]) -> Check:
-    return (lambda v: v in names, "one of " + ", ".join(repr(n) for n in names))
+def _one_of(names: Names) -> Check:
+    def listed() -> tuple[str, ...]:
+        return names() if callable(names) else names
+
+    return (lambda v: v in listed(), lambda: "one of " + ", ".join(repr(n) for n in listed()))
 
 
 def _at_least(low: float) -> Check:
@@ -168,7 +172,7 @@ def _positive() -> Check:
 
 
 _CHECKS: dict[str, Check] = {
-    "strategy": _one_of(STRATEGY_NAMES),
+    "strategy": _one_of(METHOD_NAMES),
     "num_server_rounds": _at_least(1),
     "num_clients": _at_least(1),
     "fraction_train": (lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -188,7 +192,7 @@ _CHECKS: dict[str, Check] = {
     "zipf_s": _at_least(0),
     "gamma": _at_least(0),
     "allocation_cap": _positive(),
-    "model": _one_of(model_names()),
+    "model": _one_of(model_names),
     "local_epochs": _at_least(1),
     "batch_size": _at_least(1),
     "learning_rate": _positive(),
@@ -196,9 +200,9 @@ _CHECKS: dict[str, Check] = {
     "weight_decay": _at_least(0),
     "lr_schedule": _one_of(LR_SCHEDULES),
     "device": _one_of(DEVICES),
-    "supernet": _one_of(yaml_names(SUPERNETS_DIR)),
-    "variant_cache": _one_of(yaml_names(CACHES_DIR)),
-    "substrate": _one_of(yaml_names(SUPERNETS_DIR)),
+    "supernet": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
+    "variant_cache": _one_of(lambda: yaml_names(CACHES_DIR)),
+    "substrate": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
     "fiarse_grid_points": _at_least(2),
     "scalefl_exit_convs": _at_least(0),
     "scalefl_kd_gamma": _at_least(0),
@@ -229,7 +233,9 @@ _CHECKS: dict[str, Check] = {
     "teacher_epochs": _at_least(0),
     "teacher_model": (
         lambda v: v == "" or v in model_names(),
-        "empty (the family's largest candidate) or a model name: " + ", ".join(model_names()),
+        lambda: (
+            "empty (the family's largest candidate) or a model name: " + ", ".join(model_names())
+        ),
     ),
     # FedDF, Ditto
     "distill_steps": _at_least(1),
@@ -283,7 +289,7 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"'min-train-clients' = {cfg.min_train_clients} asks for more clients per round than "
             f"'num-clients' = {cfg.num_clients}: allowed is 1 to num-clients"
         )
-    if cfg.strategy in PUBLIC_SET_STRATEGIES and cfg.public_size < 1:
+    if METHODS[cfg.strategy].needs_public_set and cfg.public_size < 1:
         problems.append(
             f"strategy {cfg.strategy!r} distils on a public set, but 'public-size' = "
             f"{cfg.public_size}: set it to the number of server-held public images (e.g. 500)"
@@ -322,7 +328,8 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
             continue
         check = _CHECKS.get(f.name)
         if check is not None and not check[0](value):
-            problems.append(f"run config '{key}' = {value!r} is not allowed: must be {check[1]}")
+            allowed = check[1]() if callable(check[1]) else check[1]
+            problems.append(f"run config '{key}' = {value!r} is not allowed: must be {allowed}")
             continue
         values[f.name] = value
     if not problems:

@@ -3,6 +3,9 @@
 Server and clients each compute this from the run config alone (seeded), so they agree without
 exchanging data; the result is cached per process because Ray actors serve many messages.
 
+The public set (distillation methods) reaches clients as images only: :func:`public_images`
+withholds its labels, which only the server (e.g. to pre-train a teacher) may use.
+
 A real device may instead train on its own files (node config ``data-path``: an ``.npz`` file or
 an image folder in the formats of the ``npz``/``folder`` data sets): :func:`client_shard` then
 returns those, checked against the run's data set.
@@ -21,6 +24,9 @@ from fedapp.data.registry import DatasetInfo, ImageArrays, LoadedDataset, load_d
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
 from fedapp.partitions.splits import ServerSplits, server_splits
+
+#: Label of every public image a client sees: clients never get public labels.
+HIDDEN_LABEL = -1
 
 
 @dataclass(frozen=True)
@@ -135,3 +141,10 @@ def server_set(cfg: RunConfig, name: str) -> ImageArrays:
     if name == "test" and pop.dataset.test is not None:
         return pop.dataset.test
     return _take(pop.dataset.train, getattr(pop.splits, name))
+
+
+def public_images(cfg: RunConfig) -> ImageArrays:
+    """The public set's images, labels withheld (the run config guarantees the set exists for
+    every strategy that distils on it)."""
+    images = server_set(cfg, "public").images
+    return ImageArrays(images=images, labels=np.full(len(images), HIDDEN_LABEL, dtype=np.int64))

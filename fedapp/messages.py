@@ -1,16 +1,11 @@
-"""What travels between server and clients: record keys and state <-> record conversions.
+"""What travels between server and clients: every record key, config key and metric name that
+both halves of a method read (plain strings: no Flower, no torch; fedapp.records converts).
 
 Both sides name records through these constants, so a payload and its reply agree by
-construction; the server still validates every reply (fedapp.strategies.replies).
+construction; the server still validates every reply (fedapp.strategies.reply_validation).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-
-import numpy as np
-import torch
-from flwr.app import Array, ArrayRecord
 
 ARRAYS = "arrays"
 CONFIG = "config"
@@ -18,27 +13,45 @@ METRICS = "metrics"
 NUM_EXAMPLES = "num-examples"
 #: Config key of an EVALUATE message: which server-held split a client evaluates on.
 EVAL_SPLIT = "split"
+#: ConfigRecord of a node's QUERY reply: its profile (the handshake, fedapp.profiles).
+PROFILE = "profile"
 
+# ---- train-config keys every method's message carries ------------------------------------------
+SERVER_ROUND = "server-round"
+LEARNING_RATE = "learning-rate"
 
-def to_record(state: Mapping[str, np.ndarray | torch.Tensor]) -> ArrayRecord:
-    """Named arrays (numpy or torch) as an ArrayRecord, names kept."""
-    record = ArrayRecord()
-    for name, value in state.items():
-        array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value
-        record[name] = Array(np.require(array, requirements="C"))  # keeps 0-d arrays 0-d
-    return record
+# ---- metric names the server reads ------------------------------------------------------------
+#: The validation metric that selects the best checkpoint.
+SELECTION_KEY = "val-accuracy"
+#: The reply metric in which a client reports its training compute (MACs, forward + backward).
+COMPUTE_METRIC = "compute-proxy-macs"
 
-
-def from_record(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """An ArrayRecord as named numpy arrays."""
-    return {name: array.numpy() for name, array in record.items()}
-
-
-def load_state(model: torch.nn.Module, state: Mapping[str, np.ndarray]) -> None:
-    """Load named numpy arrays into a torch model (strict: names and shapes must match)."""
-    model.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()})
-
-
-def load_into(model: torch.nn.Module, record: ArrayRecord) -> None:
-    """Load a full state record into a torch model."""
-    load_state(model, from_record(record))
+# ---- method payloads, replies and train-config keys -------------------------------------------
+#: FEAST: the cache indices a client affords, and whether it received its routed envelope.
+AFFORDABLE = "affordable"
+ROUTED = "routed"
+#: SuperFedNAS/DeepFedNAS: the assigned subnet's architecture string.
+SUBNET = "subnet"
+#: HeteroFL: the width a client trains; reply array, 1.0 for each class present in its shard.
+WIDTH_KEY = "width"
+LABEL_MASK = "label-mask"
+#: ScaleFL: the depth/width level a client trains.
+LEVEL = "level"
+#: FIARSE: keep |w| >= the threshold; effective forward MACs per example of the client's mask.
+THRESHOLD = "mask-threshold"
+MASK_MACS = "mask-macs"
+#: FedDF: the prototype (architecture name) a client trains.
+PROTOTYPE = "prototype"
+#: Logit exchange: a client's (M, C) logits on the public (FedKD-NAS) or alignment set (FedMD).
+LOGITS = "logits"
+#: FedKD-NAS/Local-KD payload: the (M, C) logits to distil from.
+TARGET = "target"
+#: FedMD payload: the last consensus (alignment-size, classes) and its alignment round (0: none).
+CONSENSUS = "consensus"
+CONSENSUS_ROUND = "consensus-round"
+#: FedDistill reply: per-label mean logits (classes, classes) and how many logits each averages;
+#: payload: the global per-label logits and where one exists (1.0).
+LABEL_LOGITS = "label-logits"
+LABEL_COUNTS = "label-counts"
+GLOBAL_LOGITS = "global-logits"
+GLOBAL_PRESENT = "global-present"

@@ -26,8 +26,7 @@ from flwr.serverapp import Grid
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.federated_data import client_budgets, client_shard
-
-PROFILE_KEY = "profile"
+from fedapp.messages import PROFILE
 
 
 @dataclass(frozen=True)
@@ -179,7 +178,7 @@ class NodeRegistry:
 
 
 def _parse_profile(node_id: int, content: RecordDict) -> NodeProfile:
-    record = content.config_records[PROFILE_KEY]
+    record = content.config_records[PROFILE]
     budget = float(record["budget"])
     num_examples = int(record["num-examples"])
     if not math.isfinite(budget) or budget <= 0 or num_examples < 0:

@@ -23,9 +23,9 @@ from fedapp.evaluation.results import (
     RunRecorder,
 )
 from fedapp.federated_data import server_set
+from fedapp.messages import SELECTION_KEY
 from fedapp.profiles import NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
-from fedapp.strategies.registry import build_strategy
+from fedapp.strategies.base import HeterogeneousStrategy, State, build_strategy
 
 app = ServerApp()
 

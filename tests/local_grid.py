@@ -26,8 +26,7 @@ from fedapp.client_app import app as client_app
 from fedapp.config import RunConfig, parse_run_config
 from fedapp.profiles import NodeRegistry
 from fedapp.server_app import run_experiment
-from fedapp.strategies.base import HeterogeneousStrategy
-from fedapp.strategies.registry import build_strategy
+from fedapp.strategies.base import HeterogeneousStrategy, build_strategy
 
 APP_DIR = Path(__file__).resolve().parents[1]
 FIRST_NODE_ID = 1001

@@ -13,14 +13,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedapp.clients import ditto, fedavg
-from fedapp.clients.local_state import load_arrays
-from fedapp.clients.training import seed_local_work, train_loader
+from fedapp.clients.node_state import load_arrays
 from fedapp.config import parse_run_config
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, load_state, to_record
+from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, METRICS
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import local_node
-from fedapp.strategies.base import COMPUTE_METRIC
+from fedapp.records import load_state, to_record
+from fedapp.training.loops import seed_local_work, train_loader
 
 CPU = torch.device("cpu")
 DITTO_DIGITS = preset_overrides("fedavg-digits") | {

@@ -20,11 +20,11 @@ from fedapp.models.families import (
     candidate_names,
     family_candidates,
     largest_affordable,
-    run_family,
 )
 from fedapp.models.routing import BudgetError
 from fedapp.models.substrate import width_arch
 from fedapp.models.zoo import build_model, forward_macs
+from fedapp.run_models import run_family
 
 MNIST = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", False)
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)

@@ -11,16 +11,16 @@ import torch
 from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 
-from fedapp.clients.feast import co_training_gradients, plan_for
-from fedapp.clients.training import optimizer_step
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.accounting import CommunicationLedger, coverage_probability, exposure
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population
-from fedapp.messages import from_record, to_record
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
+from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
+from fedapp.training.co_training import co_training_gradients, plan_for
+from fedapp.training.loops import optimizer_step
 
 DIGITS_FEAST = {
     "strategy": "feast",
@@ -62,7 +62,7 @@ def test_coverage_formula_matches_the_paper() -> None:
 )
 def test_passes_per_case_and_kd_only_on_smaller_variants(rule, affordable, expected) -> None:
     _, space = _space()
-    plan = plan_for(space, affordable, rule)
+    plan = plan_for(space.cache, affordable, rule)
     passes = plan.passes(torch.Generator().manual_seed(0))
     names = []
     for p in passes:
@@ -82,7 +82,7 @@ def test_passes_per_case_and_kd_only_on_smaller_variants(rule, affordable, expec
 
 def test_random_intermediate_is_redrawn_per_batch_and_seeded() -> None:
     _, space = _space()
-    plan = plan_for(space, list(range(len(space.cache))), "full")
+    plan = plan_for(space.cache, list(range(len(space.cache))), "full")
     draw = lambda g: [plan.passes(g)[2].variant.macs for _ in range(30)]  # noqa: E731
     a, b = draw(torch.Generator().manual_seed(1)), draw(torch.Generator().manual_seed(1))
     assert a == b and len(set(a)) > 1
@@ -102,7 +102,7 @@ class CountingSGD(torch.optim.SGD):
 def test_one_optimizer_step_per_minibatch_with_summed_clipped_gradients() -> None:
     _, space = _space()
     affordable = [0, 1, 2, 3, 4]
-    plan = plan_for(space, affordable, "full")
+    plan = plan_for(space.cache, affordable, "full")
     bounds = envelope(space.config, [space.cache.variants[i].arch for i in affordable])
     model = ElasticResNet(space.config, bounds, seed=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -11,12 +11,13 @@ from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
 
-from fedapp.clients.distillation import HIDDEN_LABEL, kd_loss, predict_logits
 from fedapp.data.registry import DatasetInfo, ImageArrays, load_dataset
-from fedapp.messages import from_record, to_record
+from fedapp.federated_data import HIDDEN_LABEL
+from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
-from fedapp.strategies.ensemble_distillation import DistillSettings, distil, ensemble_logits
 from fedapp.strategies.feddf import prototype_state, uniform_average
+from fedapp.training.distillation import kd_loss, predict_logits
+from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
 
 CPU = torch.device("cpu")
 #: digits, 4 clients whose Zipf budgets (56k, 164k, 229k, 134k MACs) afford lenet5-x0.5 (19k) or

@@ -27,7 +27,7 @@ from fedapp.federated_data import client_budgets, client_shard
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.server_app import app as server_app
 from fedapp.server_app import run_experiment
-from fedapp.strategies.replies import spec_of
+from fedapp.strategies.reply_validation import spec_of
 
 FAST = preset_overrides("fedavg-digits") | {"num_server_rounds": 2}
 
@@ -158,7 +158,7 @@ def test_bad_reply_is_dropped_and_the_rest_averaged(tmp_path, corrupt, reason) -
     initial = strategy.initial_state()
     from flwr.app import ConfigRecord
 
-    from fedapp.messages import from_record, to_record
+    from fedapp.records import from_record, to_record
 
     replies = grid.send_and_receive(
         strategy.configure_train(1, to_record(initial), ConfigRecord(), grid)
@@ -205,7 +205,7 @@ def test_same_seed_same_cohorts_and_model(tmp_path) -> None:
 def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:
     from flwr.app import ConfigRecord, Context, RecordDict
 
-    from fedapp.messages import to_record
+    from fedapp.records import to_record
 
     config = _config(tmp_path, num_clients=3, fraction_train=1.0, min_train_clients=3)
     _, grid, nodes, strategy = local_federation(config, num_nodes=3)

@@ -12,7 +12,6 @@ import torch
 from flwr.app import RecordDict
 from local_grid import run_config, run_local
 
-from fedapp.clients.distillation import endless, kd_loss
 from fedapp.clients.fedkd_nas import train_with_kd
 from fedapp.clients.nas import (
     NasHistory,
@@ -25,10 +24,11 @@ from fedapp.clients.nas import (
 )
 from fedapp.config import parse_run_config
 from fedapp.data.registry import DatasetInfo, ImageArrays
-from fedapp.messages import from_record
 from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
-from fedapp.strategies.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
+from fedapp.records import from_record
+from fedapp.training.distillation import endless, kd_loss
+from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
 # lenet5 on 8x8 digits: x0.25 7,720 / x0.5 19,260 / x1.0 66,600 / x2.0 245,520 MACs

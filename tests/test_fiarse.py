@@ -12,21 +12,21 @@ from local_grid import local_federation, run_config
 from torch import nn
 from torch.func import functional_call
 
-from fedapp.clients.fiarse import full_model
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
-from fedapp.messages import from_record
 from fedapp.models.counter import count
 from fedapp.models.masks import (
     MaskFamily,
     apply_mask,
+    full_model,
     mac_fraction,
     masked_names,
     masked_parameters,
     masked_weight,
     value_costs,
 )
-from fedapp.models.substrate import substrate_config
+from fedapp.records import from_record
+from fedapp.run_models import substrate_config
 from fedapp.server_app import run_experiment
 from fedapp.strategies.fiarse import mac_levels, sparse_delta_average
 

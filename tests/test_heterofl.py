@@ -13,23 +13,17 @@ from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
 
-from fedapp.clients.heterofl import (
-    LABEL_MASK,
-    WIDTH_KEY,
-    WIDTHS,
-    class_mask,
-    masked_logits,
-    width_model,
-)
+from fedapp.clients.heterofl import class_mask, masked_logits
 from fedapp.config import parse_run_config
-from fedapp.messages import NUM_EXAMPLES, from_record, to_record
+from fedapp.messages import LABEL_MASK, NUM_EXAMPLES, WIDTH_KEY
 from fedapp.models.arch import load_supernet
 from fedapp.models.slicing import leading_slice
-from fedapp.models.width_scaling import attach_scaler
+from fedapp.models.width_scaling import WIDTHS, attach_scaler, width_model
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
 from fedapp.strategies.heterofl import HeteroFLStrategy
-from fedapp.strategies.replies import ValidReply
+from fedapp.strategies.reply_validation import ValidReply
 
 #: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
 DIGITS_HETEROFL = {

@@ -13,30 +13,22 @@ from flwr.app import Array, ConfigRecord, Message, MessageType, RecordDict
 from local_grid import LocalGrid, local_federation, run_config, server_context
 
 from fedapp.client_app import app as client_app
-from fedapp.clients.distillation import target_loader
-from fedapp.clients.feddistill import LABEL_COUNTS, LABEL_LOGITS, LabelLogits, distillation_loss
-from fedapp.clients.fedmd import (
-    CONSENSUS,
-    CONSENSUS_ROUND,
-    LOGITS,
-    adam,
-    alignment_indices,
-    alignment_set,
-    digest,
-    digest_loss,
-)
+from fedapp.clients.feddistill import LabelLogits, distillation_loss
+from fedapp.clients.fedmd import adam, alignment_indices, alignment_set, digest, digest_loss
 from fedapp.clients.fedmd import train as fedmd_train
-from fedapp.clients.kept_model import MODEL_KEY, kept_model, own_candidate
-from fedapp.clients.local_state import load_arrays
-from fedapp.clients.training import seed_local_work, train_loader, train_supervised
+from fedapp.clients.node_state import load_arrays
+from fedapp.clients.own_model import MODEL_KEY, load_own_model, own_candidate
 from fedapp.compare import load_comparison
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
-from fedapp.messages import from_record, load_state, to_record
+from fedapp.messages import CONSENSUS, CONSENSUS_ROUND, LABEL_COUNTS, LABEL_LOGITS, LOGITS
 from fedapp.profiles import local_node
+from fedapp.records import from_record, load_state, to_record
 from fedapp.server_app import run_experiment
 from fedapp.strategies.feddistill import CLIENT_LOGITS, UPLOAD_ROUND, label_consensus
 from fedapp.strategies.fedmd import consensus
+from fedapp.training.distillation import target_loader
+from fedapp.training.loops import seed_local_work, train_loader, train_supervised
 
 #: digits, 3 IID clients whose budgets afford different LeNet5 widths (8x8: 7.7k-246k MACs)
 DIGITS = {
@@ -154,7 +146,7 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
     reply = fedmd_train(_train_message(1, empty), cfg, node)
     after_round_1 = load_arrays(node.state, MODEL_KEY)
     assert after_round_1 is not None  # transfer learning done once, model kept
-    model, fresh = kept_model(cfg, node, info)
+    model, fresh = load_own_model(cfg, node, info)
     assert not fresh  # the next round loads the kept weights instead of pre-training again
     for name, value in model.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), after_round_1[name])
@@ -167,7 +159,7 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
 
     def replay(order: list[str]) -> dict[str, np.ndarray]:
         generator = seed_local_work(cfg.seed, 2, node.partition_id)
-        model = kept_model(cfg, node, info)[0]
+        model = load_own_model(cfg, node, info)[0]
         load_state(model, after_round_1)
         private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
         for step in order:

@@ -7,10 +7,7 @@ import numpy as np
 import pytest
 
 from fedapp.data.registry import load_dataset
-from fedapp.partitions.budget_dirichlet import (
-    BudgetDirichletPartitioner,
-    budget_dirichlet_indices,
-)
+from fedapp.partitions.budget_dirichlet import BudgetDirichletPartitioner, budget_dirichlet_indices
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 
 CAP = 600e6

@@ -25,8 +25,8 @@ from fedapp.models.early_exits import (
 )
 from fedapp.models.slicing import fits
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.registry import build_strategy
-from fedapp.strategies.replies import ValidReply
+from fedapp.strategies.base import build_strategy
+from fedapp.strategies.reply_validation import ValidReply
 
 DIGITS_SCALEFL = {
     "strategy": "scalefl",

@@ -12,7 +12,8 @@ from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import Arch, load_supernet
 from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import ElasticResNet, ResNet, state_shapes
-from fedapp.models.substrate import substrate_config, width_arch
+from fedapp.models.substrate import width_arch
+from fedapp.run_models import substrate_config
 
 HETEROFL_RATES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 

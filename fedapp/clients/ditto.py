@@ -7,7 +7,7 @@ same epochs with v <- v - lr * (grad F(v) + lambda * (v - w^t)), w^t = the globa
 this round. The two updates are independent (each starts from its own model and only reads
 w^t), so the order changes nothing but which mini-batch order each one sees.
 
-The personal model lives in Flower's node state (fedapp.clients.local_state), initialised from the
+The personal model lives in Flower's node state (fedapp.clients.node_state), initialised from the
 first global model this node receives; only the global copy travels back to the server.
 """
 
@@ -20,9 +20,15 @@ from flwr.app import Message, RecordDict
 from torch import nn
 
 from fedapp.clients import fedavg
-from fedapp.clients.evaluation import evaluation_reply, no_model_reply
-from fedapp.clients.local_state import load_arrays, save_arrays
-from fedapp.clients.training import (
+from fedapp.clients.evaluation_reply import evaluation_reply, no_model_reply
+from fedapp.clients.node_state import load_arrays, save_arrays
+from fedapp.config import RunConfig
+from fedapp.federated_data import population
+from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, LEARNING_RATE, METRICS, SERVER_ROUND
+from fedapp.models.zoo import build_model
+from fedapp.profiles import LocalNode
+from fedapp.records import from_record, load_state
+from fedapp.training.loops import (
     TrainStats,
     resolve_device,
     seed_local_work,
@@ -30,12 +36,6 @@ from fedapp.clients.training import (
     train_loader,
     train_supervised,
 )
-from fedapp.config import RunConfig
-from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, from_record, load_state
-from fedapp.models.zoo import build_model
-from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
 
 #: node-state key of the personal model
 PERSONAL_KEY = "ditto-personal"
@@ -82,8 +82,8 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """FedAvg's local update of the global model, then the personal model's proximal update."""
     reply = fedavg.train(message, cfg, node)
     info = population(cfg).info
-    server_round = int(message.content[CONFIG]["server-round"])
-    lr = float(message.content[CONFIG]["learning-rate"])
+    server_round = int(message.content[CONFIG][SERVER_ROUND])
+    lr = float(message.content[CONFIG][LEARNING_RATE])
     received = from_record(message.content[ARRAYS])
     global_model = build_model(cfg.model, info)
     load_state(global_model, received)

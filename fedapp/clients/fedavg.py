@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.clients.reply_metrics import train_metrics
-from fedapp.clients.training import (
-    local_sgd,
-    resolve_device,
-    train_supervised,
-)
+from fedapp.clients.local_round import local_sgd
 from fedapp.config import RunConfig
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, METRICS, load_into, to_record
+from fedapp.messages import ARRAYS, METRICS
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import LocalNode
+from fedapp.records import load_into, to_record
+from fedapp.training.loops import resolve_device, train_supervised
+from fedapp.training.train_metrics import train_metrics
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

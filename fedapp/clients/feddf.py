@@ -7,10 +7,10 @@ from flwr.app import Message, RecordDict
 
 from fedapp.clients.fedavg import train_named_model
 from fedapp.config import RunConfig
-from fedapp.messages import CONFIG
+from fedapp.messages import CONFIG, PROTOTYPE
 from fedapp.profiles import LocalNode
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """``local-epochs`` of SGD on the received prototype (with FedAvg's compute proxy)."""
-    return train_named_model(str(message.content[CONFIG]["prototype"]), message, cfg, node)
+    return train_named_model(str(message.content[CONFIG][PROTOTYPE]), message, cfg, node)

@@ -16,9 +16,25 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.clients.kept_model import keep_model, kept_model, own_candidate
-from fedapp.clients.reply_metrics import FORWARD_BACKWARD_FACTOR
-from fedapp.clients.training import (
+from fedapp.clients.own_model import keep_own_model, load_own_model, own_candidate
+from fedapp.config import RunConfig
+from fedapp.federated_data import population
+from fedapp.messages import (
+    ARRAYS,
+    COMPUTE_METRIC,
+    CONFIG,
+    GLOBAL_LOGITS,
+    GLOBAL_PRESENT,
+    LABEL_COUNTS,
+    LABEL_LOGITS,
+    LEARNING_RATE,
+    METRICS,
+    NUM_EXAMPLES,
+    SERVER_ROUND,
+)
+from fedapp.profiles import LocalNode
+from fedapp.records import from_record, to_record
+from fedapp.training.loops import (
     backward,
     resolve_device,
     seed_local_work,
@@ -26,16 +42,7 @@ from fedapp.clients.training import (
     train_epochs,
     train_loader,
 )
-from fedapp.config import RunConfig
-from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
-from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
-
-LABEL_LOGITS = "label-logits"  # (classes, classes): row c = mean logit vector of label c
-LABEL_COUNTS = "label-counts"  # (classes,) float32: how many logits each row averages
-GLOBAL_LOGITS = "global-logits"  # payload (classes, classes)
-GLOBAL_PRESENT = "global-present"  # payload (classes,) float32: 1 where a global logit exists
+from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
 
 
 def distillation_loss(
@@ -77,13 +84,13 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     info = population(cfg).info
     device = resolve_device(cfg.device)
     config = message.content[CONFIG]
-    generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
-    model, _ = kept_model(cfg, node, info)
+    generator = seed_local_work(cfg.seed, int(config[SERVER_ROUND]), node.partition_id)
+    model, _ = load_own_model(cfg, node, info)
     received = from_record(message.content[ARRAYS])
     global_logits = torch.as_tensor(received[GLOBAL_LOGITS], device=device)
     present = torch.as_tensor(received[GLOBAL_PRESENT], device=device)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    optimizer = sgd(model, float(config["learning-rate"]), cfg.momentum, cfg.weight_decay)
+    optimizer = sgd(model, float(config[LEARNING_RATE]), cfg.momentum, cfg.weight_decay)
     recorded = LabelLogits(info.num_classes)
 
     def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:
@@ -94,7 +101,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     stats = train_epochs(
         model, loader, optimizer, backward(loss_of), epochs=cfg.local_epochs, device=device
     )
-    keep_model(node, model)
+    keep_own_model(node, model)
     means, counts = recorded.means()
     macs = own_candidate(cfg, info, node.budget).macs
     metrics = {

@@ -18,15 +18,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fedapp.clients.distillation import (
-    endless,
-    kd_loss,
-    predict_logits,
-    public_images,
-    target_loader,
-)
-from fedapp.clients.evaluation import candidate_costs, evaluation_reply, no_model_reply
-from fedapp.clients.local_state import load_arrays, save_arrays
+from fedapp.clients.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.clients.nas import (
     NasHistory,
     choose,
@@ -36,8 +28,15 @@ from fedapp.clients.nas import (
     record,
     warm_start,
 )
-from fedapp.clients.reply_metrics import train_metrics
-from fedapp.clients.training import (
+from fedapp.config import RunConfig
+from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
+from fedapp.federated_data import population, public_images
+from fedapp.messages import ARRAYS, CONFIG, LEARNING_RATE, LOGITS, METRICS, SERVER_ROUND, TARGET
+from fedapp.models.families import build_candidate, describe
+from fedapp.profiles import LocalNode
+from fedapp.records import from_record, load_state, to_record
+from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
+from fedapp.training.loops import (
     TrainStats,
     backward,
     eval_loader,
@@ -49,23 +48,7 @@ from fedapp.clients.training import (
     train_loader,
     train_supervised,
 )
-from fedapp.config import RunConfig
-from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import population
-from fedapp.messages import (
-    ARRAYS,
-    CONFIG,
-    METRICS,
-    from_record,
-    load_state,
-    to_record,
-)
-from fedapp.models.families import build_candidate, describe
-from fedapp.profiles import LocalNode
-
-TARGET = "target"  # payload: the (M, C) logits to distil from
-LOGITS = "logits"  # FedKD-NAS reply: the student's (M, C) logits on the public set
-LOCAL_TARGET_KEY = "local-kd-target"  # Local-KD: the teacher's logits, kept after round 1
+from fedapp.training.train_metrics import train_metrics
 
 
 def train_with_kd(
@@ -103,8 +86,8 @@ def local_round(
     """Choose, warm-start, train (with KD when there is a target) and score this round's
     student; returns it and the reply metrics (the choice and its score included)."""
     info = population(cfg).info
-    server_round = int(message.content[CONFIG]["server-round"])
-    lr = float(message.content[CONFIG]["learning-rate"])
+    server_round = int(message.content[CONFIG][SERVER_ROUND])
+    lr = float(message.content[CONFIG][LEARNING_RATE])
     device = resolve_device(cfg.device)
     history = NasHistory.load(node.state)
     choice = choose(
@@ -166,16 +149,6 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     info = population(cfg).info
     logits = predict_logits(model, public_images(cfg), info, resolve_device(cfg.device))
     return RecordDict({ARRAYS: to_record({LOGITS: logits}), METRICS: MetricRecord(metrics)})
-
-
-def train_local_kd(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
-    """Local-KD: keep the teacher's logits the first time they arrive; exchange nothing."""
-    arrays = from_record(message.content[ARRAYS])
-    if TARGET in arrays:
-        save_arrays(node.state, LOCAL_TARGET_KEY, {TARGET: arrays[TARGET]})
-    kept = load_arrays(node.state, LOCAL_TARGET_KEY)
-    _, metrics = local_round(message, cfg, node, None if kept is None else kept[TARGET])
-    return RecordDict({ARRAYS: to_record({}), METRICS: MetricRecord(metrics)})
 
 
 def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

@@ -12,7 +12,7 @@ So the digest -> revisit order of the paper holds, and round r's upload is what 
 round r+1 communicates.
 
 Labeled public data is FedMD's documented exception in this project: elsewhere clients see only
-the public images (``fedapp.clients.distillation.public_images``), but FedMD's protocol gives
+the public images (``fedapp.federated_data.public_images``), but FedMD's protocol gives
 every party the labeled public set for its transfer-learning step, so its clients derive
 ``server_set(cfg, 'public')`` with labels. The labels also make the alignment subsets stratified.
 """
@@ -27,14 +27,25 @@ from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fedapp.clients.distillation import predict_logits, target_loader
-from fedapp.clients.kept_model import (
-    keep_model,
-    kept_model,
-    own_candidate,
+from fedapp.clients.own_model import keep_own_model, load_own_model, own_candidate
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.federated_data import population, server_set
+from fedapp.messages import (
+    ARRAYS,
+    COMPUTE_METRIC,
+    CONFIG,
+    CONSENSUS,
+    CONSENSUS_ROUND,
+    LOGITS,
+    METRICS,
+    NUM_EXAMPLES,
+    SERVER_ROUND,
 )
-from fedapp.clients.reply_metrics import FORWARD_BACKWARD_FACTOR
-from fedapp.clients.training import (
+from fedapp.profiles import LocalNode
+from fedapp.records import from_record, to_record
+from fedapp.training.distillation import predict_logits, target_loader
+from fedapp.training.loops import (
     backward,
     resolve_device,
     seed_local_work,
@@ -42,20 +53,12 @@ from fedapp.clients.training import (
     train_loader,
     train_supervised,
 )
-from fedapp.config import RunConfig
-from fedapp.data.registry import ImageArrays
-from fedapp.federated_data import population, server_set
-from fedapp.messages import ARRAYS, CONFIG, METRICS, NUM_EXAMPLES, from_record, to_record
-from fedapp.profiles import LocalNode
-from fedapp.strategies.base import COMPUTE_METRIC
+from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
 
 #: The authors' optimiser for every FedMD step (transfer, digest, revisit).
 ADAM_LR = 1e-3
 PUBLIC_BATCH_SIZE = 128  # the authors' pre-training batch
 DIGEST_BATCH_SIZE = 256  # the authors' logits_matching_batchsize (balanced configs)
-LOGITS = "logits"  # reply array: (alignment-size, classes)
-CONSENSUS = "consensus"  # payload array: the last consensus, (alignment-size, classes)
-CONSENSUS_ROUND = "consensus-round"  # payload 0-d int64: its alignment round; 0 = none yet
 
 
 def alignment_indices(labels: np.ndarray, size: int, seed: int, server_round: int) -> np.ndarray:
@@ -111,9 +114,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     start = time.perf_counter()
     info = population(cfg).info
     device = resolve_device(cfg.device)
-    server_round = int(message.content[CONFIG]["server-round"])
+    server_round = int(message.content[CONFIG][SERVER_ROUND])
     generator = seed_local_work(cfg.seed, server_round, node.partition_id)
-    model, fresh = kept_model(cfg, node, info)
+    model, fresh = load_own_model(cfg, node, info)
     private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     trained, private_loss = 0, float("nan")
     if fresh:  # transfer learning: labeled public set, then private data
@@ -136,7 +139,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         stats = train_supervised(model, private, adam(model), cfg.revisit_epochs, device)
         trained, private_loss = trained + stats.examples, stats.loss
     uploaded = predict_logits(model, alignment_set(cfg, server_round), info, device)
-    keep_model(node, model)
+    keep_own_model(node, model)
     macs = own_candidate(cfg, info, node.budget).macs
     metrics = {
         NUM_EXAMPLES: len(private.dataset),

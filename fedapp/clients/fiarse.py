@@ -18,30 +18,17 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch.func import functional_call
 
-from fedapp.clients.reply_metrics import train_metrics
-from fedapp.clients.training import (
-    backward,
-    local_sgd,
-    train_local_epochs,
-)
+from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
-from fedapp.models.arch import SupernetConfig
-from fedapp.models.elastic_resnet import ElasticResNet
-from fedapp.models.masks import masked_names, masked_parameters
-from fedapp.models.substrate import substrate_config
+from fedapp.messages import ARRAYS, CONFIG, MASK_MACS, METRICS, THRESHOLD
+from fedapp.models.masks import full_model, masked_names, masked_parameters
 from fedapp.profiles import LocalNode
-
-#: Config keys the server sets per client and round.
-THRESHOLD = "mask-threshold"  # keep |w| >= this
-MASK_MACS = "mask-macs"  # effective forward MACs per example of the client's mask
-
-
-def full_model(config: SupernetConfig, seed: int = 0) -> ElasticResNet:
-    """The whole substrate at full width and depth (seeded init; clients load over it)."""
-    return ElasticResNet(config, seed=seed)
+from fedapp.records import load_into, to_record
+from fedapp.run_models import substrate_config
+from fedapp.training.loops import backward
+from fedapp.training.train_metrics import train_metrics
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

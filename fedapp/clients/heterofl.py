@@ -14,36 +14,19 @@ import numpy as np
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.clients.reply_metrics import train_metrics
-from fedapp.clients.training import (
-    backward,
-    local_sgd,
-    train_local_epochs,
-)
+from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
-from fedapp.models.arch import SupernetConfig
+from fedapp.messages import ARRAYS, CONFIG, LABEL_MASK, METRICS, WIDTH_KEY
 from fedapp.models.counter import count
-from fedapp.models.elastic_resnet import ResNet
-from fedapp.models.substrate import substrate_config, width_arch
-from fedapp.models.width_scaling import STATIC_BN, attach_scaler
+from fedapp.models.substrate import width_arch
+from fedapp.models.width_scaling import width_model
 from fedapp.profiles import LocalNode
-
-#: HeteroFL's width multipliers (rate letters e, d, c, b, a), smallest first.
-WIDTHS: tuple[float, ...] = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
-#: Train-config key of the width a client trains.
-WIDTH_KEY = "width"
-#: Reply array: 1.0 for each class present in the client's shard, else 0.0.
-LABEL_MASK = "label-mask"
-
-
-def width_model(config: SupernetConfig, rate: float) -> ResNet:
-    """The static sub-model of one width as a client trains it: static BN, Scaler(rate)."""
-    model = ResNet(config, width_arch(config, rate), STATIC_BN)
-    attach_scaler(model, rate)
-    return model
+from fedapp.records import load_into, to_record
+from fedapp.run_models import substrate_config
+from fedapp.training.loops import backward
+from fedapp.training.train_metrics import train_metrics
 
 
 def class_mask(labels: np.ndarray, num_classes: int) -> torch.Tensor:

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from flwr.app import Message, RecordDict
 
-from fedapp.clients.feast import CoTrainingPlan, train_plan
+from fedapp.clients.feast import train_plan
 from fedapp.config import RunConfig
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population
-from fedapp.messages import CONFIG
+from fedapp.messages import CONFIG, SUBNET
 from fedapp.models.arch import parse_arch
 from fedapp.models.cache import Variant
 from fedapp.models.counter import count
 from fedapp.profiles import LocalNode
+from fedapp.training.co_training import CoTrainingPlan
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round of plain CE on the assigned subnet; the reply holds all its tensors."""
     space = model_space(cfg, population(cfg).info)
-    arch = space.config.validate(parse_arch(str(message.content[CONFIG]["subnet"])))
+    arch = space.config.validate(parse_arch(str(message.content[CONFIG][SUBNET])))
     cost = count(space.config, arch)
     plan = CoTrainingPlan.single(Variant(arch, cost.macs, cost.params))
     return train_plan(message, cfg, node, arch, plan)

@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import RecordDict
 
-from fedapp.clients.local_state import forget, load_arrays, load_values, save_arrays, save_values
+from fedapp.clients.node_state import forget, load_arrays, load_values, save_arrays, save_values
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
-from fedapp.models.families import Candidate, affordable, family_candidates, run_family
+from fedapp.models.families import Candidate, affordable
 from fedapp.models.routing import BudgetError
+from fedapp.run_models import BYTES_PER_MB, memory_budget, run_candidates, run_family
 
 HISTORY_KEY = "nas-history"
 WEIGHTS_KEY = "nas-weights:"  # + candidate name
 #: Accuracy assumed for a candidate the client has not trained yet.
 OPTIMISTIC_ACCURACY = 1.0
-BYTES_PER_MB = 2**20
 
 
 @dataclass
@@ -75,14 +75,9 @@ class Choice:
     untried: bool  # scored optimistically
 
 
-def memory_budget(cfg: RunConfig) -> float | None:
-    """Training-memory budget in bytes, None when ``nas-memory-mb`` is 0 (no limit)."""
-    return cfg.nas_memory_mb * BYTES_PER_MB if cfg.nas_memory_mb > 0 else None
-
-
 def feasible_candidates(cfg: RunConfig, info: DatasetInfo, budget: float) -> list[Candidate]:
     """The run family's candidates this client can train; BudgetError when there is none."""
-    candidates = family_candidates(run_family(cfg), info, cfg.batch_size)
+    candidates = run_candidates(cfg, info)
     fitting = affordable(candidates, budget, memory_budget(cfg))
     if not fitting:
         cheapest = candidates[0]

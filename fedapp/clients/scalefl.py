@@ -16,41 +16,20 @@ import torch
 import torch.nn.functional as F
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.clients.reply_metrics import train_metrics
-from fedapp.clients.training import (
-    backward,
-    local_sgd,
-    train_local_epochs,
-)
+from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
-from fedapp.data.registry import DatasetInfo
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, METRICS, load_into, to_record
-from fedapp.models.counter import Cost
-from fedapp.models.early_exits import SCALEFL_LEVELS, EarlyExitResNet, level_cost
-from fedapp.models.substrate import substrate_config
+from fedapp.messages import ARRAYS, CONFIG, LEVEL, METRICS, SERVER_ROUND
+from fedapp.models.early_exits import level_costs, level_model
 from fedapp.profiles import LocalNode
+from fedapp.records import load_into, to_record
+from fedapp.run_models import substrate_config
+from fedapp.training.loops import backward
+from fedapp.training.train_metrics import train_metrics
 
 #: Distillation is active in rounds after this fraction of the run (reference: ``gamma_active``).
 KD_START_FRACTION = 0.25
-
-
-def level_model(
-    cfg: RunConfig, info: DatasetInfo, level: int, seed: int | None = None
-) -> EarlyExitResNet:
-    """The run's model of one level (index into SCALEFL_LEVELS), on the run's substrate."""
-    config = substrate_config(cfg, info)
-    return EarlyExitResNet(config, SCALEFL_LEVELS, level, cfg.scalefl_exit_convs, seed=seed)
-
-
-def costs_of_levels(cfg: RunConfig, info: DatasetInfo) -> list[Cost]:
-    """Analytic MACs and parameters of every level, smallest first."""
-    config = substrate_config(cfg, info)
-    return [
-        level_cost(config, SCALEFL_LEVELS, i, cfg.scalefl_exit_convs)
-        for i in range(len(SCALEFL_LEVELS))
-    ]
 
 
 def kd_active(server_round: int, num_rounds: int) -> bool:
@@ -87,11 +66,12 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     started = time.perf_counter()
     info = population(cfg).info
     config = message.content[CONFIG]
-    level = int(config["level"])
-    model = level_model(cfg, info, level)
+    level = int(config[LEVEL])
+    substrate = substrate_config(cfg, info)
+    model = level_model(substrate, level, cfg.scalefl_exit_convs)
     load_into(model, message.content[ARRAYS])
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
-    server_round = int(config["server-round"])
+    server_round = int(config[SERVER_ROUND])
     gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds) else 0.0
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
@@ -100,7 +80,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         return self_distillation_loss(outputs, y_a, y_b, lam, gamma=gamma, temperature=temperature)
 
     stats = train_local_epochs(model, loader, optimizer, backward(loss_of), cfg, generator)
-    level_macs = costs_of_levels(cfg, info)[level].macs
+    level_macs = level_costs(substrate, cfg.scalefl_exit_convs)[level].macs
     seconds = time.perf_counter() - started
     metrics = MetricRecord(
         train_metrics(len(loader.dataset), stats, seconds, level_macs * stats.examples)

@@ -11,7 +11,6 @@ the same files and summary keys for all of them, so ``fedapp compare`` reads one
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,16 +21,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fedapp.clients.training import eval_loader, evaluate, resolve_device
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, train_transform
 from fedapp.evaluation.plots import plot_accuracy_vs_macs
-from fedapp.feast_space import ModelSpace
-from fedapp.federated_data import server_set
-from fedapp.messages import load_state
+from fedapp.evaluation.results import write_csv
+from fedapp.messages import SELECTION_KEY
+from fedapp.models.arch import SupernetConfig
 from fedapp.models.bn_calibration import recalibrate_bn
+from fedapp.models.cache import VariantCache
 from fedapp.models.elastic_resnet import ElasticResNet
+from fedapp.records import load_state
+from fedapp.training.loops import eval_loader, evaluate
 
 EVAL_BATCH_SIZE = 256
 VARIANTS_FILE = "variants.csv"
@@ -52,6 +52,14 @@ class OperatingPoint:
     recalibrate: bool = True
 
 
+def calibration_loader(calibration: ImageArrays, info: DatasetInfo, batch_size: int) -> DataLoader:
+    """The calibration set as BN recalibration sees it: training transforms, no Mixup/CutMix,
+    stored order (the recalibration seed fixes the augmentation draws)."""
+    return DataLoader(
+        ImageDataset(calibration, train_transform(info)), batch_size=batch_size, shuffle=False
+    )
+
+
 def evaluate_points(
     points: Iterable[OperatingPoint],
     *,
@@ -63,9 +71,7 @@ def evaluate_points(
     seed: int,
 ) -> list[dict[str, Any]]:
     """Accuracy and loss of each operating point after its own deterministic BN recalibration."""
-    calibration_batches = DataLoader(
-        ImageDataset(calibration, train_transform(info)), batch_size=batch_size, shuffle=False
-    )
+    calibration_batches = calibration_loader(calibration, info, batch_size)
     test_batches = eval_loader(data, info, EVAL_BATCH_SIZE)
     rows = []
     for point in points:
@@ -96,17 +102,6 @@ class PointEvaluator:
     device: torch.device
     seed: int
 
-    @classmethod
-    def for_run(cls, cfg: RunConfig, info: DatasetInfo) -> PointEvaluator:
-        """The run's calibration split, batch size, device and seed."""
-        return cls(
-            server_set(cfg, "calibration"),
-            info,
-            cfg.batch_size,
-            resolve_device(cfg.device),
-            cfg.seed,
-        )
-
     def rows(self, points: Iterable[OperatingPoint], data: ImageArrays) -> list[dict[str, Any]]:
         """:func:`evaluate_points` on ``data``."""
         return evaluate_points(
@@ -121,24 +116,37 @@ class PointEvaluator:
 
     def variants(
         self,
-        space: ModelSpace,
+        config: SupernetConfig,
+        cache: VariantCache,
         state: Mapping[str, np.ndarray],
         indices: Iterable[int],
         data: ImageArrays,
     ) -> list[dict[str, Any]]:
         """Accuracy of each cached variant of a FEAST-family supernet."""
-        supernet = ElasticResNet(space.config)
+        supernet = ElasticResNet(config)
         load_state(supernet, state)
         points = (
             OperatingPoint(
                 index,
-                space.cache.variants[index].macs,
-                space.cache.variants[index].params,
-                lambda arch=space.cache.variants[index].arch: supernet.subnet(arch),
+                cache.variants[index].macs,
+                cache.variants[index].params,
+                lambda arch=cache.variants[index].arch: supernet.subnet(arch),
             )
             for index in indices
         )
         return self.rows(points, data)
+
+
+def points_validation(
+    rows: Iterable[dict[str, Any]], name: Callable[[dict[str, Any]], str]
+) -> dict[str, float]:
+    """Validation of several operating points: each one's accuracy under ``name(row)``, and the
+    checkpoint selected on their mean accuracy (every point counts once)."""
+    rows = list(rows)
+    metrics = {name(r): r["accuracy"] for r in rows}
+    metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
+    metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
+    return metrics
 
 
 def point_result(row: Mapping[str, Any], data: ImageArrays) -> dict[str, float]:
@@ -162,15 +170,6 @@ def population_accuracy(
         for pid, index in sorted(served.items())
     ]
     return float(np.mean([c["accuracy"] for c in clients])), clients
-
-
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
-    """Rows of equal keys as a CSV file."""
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
 
 
 def operating_point_report(

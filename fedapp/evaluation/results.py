@@ -7,9 +7,10 @@ of rounds after it (written just before a crash) are dropped, so no round is los
 
 from __future__ import annotations
 
+import csv
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,15 @@ SUMMARY_FILE = "summary.json"
 BEST_MODEL_FILE = "model_best.pt"
 FINAL_MODEL_FILE = "model_final.pt"
 ROUNDS_PLOT_FILE = "accuracy.png"
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
+    """Rows of equal keys as a CSV file."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
 
 
 class RunRecorder:

@@ -195,6 +195,18 @@ def level_cost(
     return Cost(macs=macs, params=params)
 
 
+def level_model(
+    config: SupernetConfig, level: int, exit_convs: int, seed: int | None = None
+) -> EarlyExitResNet:
+    """ScaleFL's model of one level (index into SCALEFL_LEVELS) on the substrate ``config``."""
+    return EarlyExitResNet(config, SCALEFL_LEVELS, level, exit_convs, seed=seed)
+
+
+def level_costs(config: SupernetConfig, exit_convs: int) -> list[Cost]:
+    """Analytic MACs and parameters of every ScaleFL level, smallest first."""
+    return [level_cost(config, SCALEFL_LEVELS, i, exit_convs) for i in range(len(SCALEFL_LEVELS))]
+
+
 def affordable_level(costs: list[Cost], budget: float) -> tuple[int, bool]:
     """The largest level whose MACs fit ``budget``; the smallest when none does (and True)."""
     fitting = [i for i, cost in enumerate(costs) if cost.macs <= budget]

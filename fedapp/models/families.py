@@ -14,19 +14,16 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
 
 import torch
-import torchvision
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import load_supernet
+from fedapp.models.elastic_resnet import ResNet
 from fedapp.models.routing import BudgetError
-
-if TYPE_CHECKING:
-    from fedapp.config import RunConfig
+from fedapp.models.substrate import width_arch
 
 BYTES_PER_VALUE = 4  # float32
 #: Per parameter, training keeps the weight, its gradient and the SGD momentum buffer.
@@ -34,19 +31,6 @@ PARAM_COPIES_IN_TRAINING = 3
 #: Inputs up to this side get a stride-1 stem (no early downsampling), the usual CIFAR/MNIST
 #: adaptation of ImageNet backbones; larger inputs keep torchvision's stem.
 SMALL_INPUT_SIDE = 32
-
-#: The backbone per data set the paper names (MNIST-like -> LeNet5, CIFAR-like -> MobileNetV2).
-_AUTO_FAMILY = {
-    "mnist-5k": "lenet5",
-    "digits": "lenet5",
-    "mnist": "lenet5",
-    "fashion-mnist": "lenet5",
-    "emnist": "lenet5",
-    "cifar10": "mobilenetv2",
-    "cifar100": "mobilenetv2",
-    "cinic10": "mobilenetv2",
-    "tinyimagenet": "mobilenetv2",
-}
 
 
 @dataclass(frozen=True)
@@ -109,12 +93,16 @@ def _stem_conv(old: nn.Conv2d, info: DatasetInfo) -> nn.Conv2d:
 
 
 def _mobilenetv2(multiplier: float, info: DatasetInfo) -> nn.Module:
+    import torchvision  # only where a torchvision backbone is built: config imports this module
+
     model = torchvision.models.mobilenet_v2(width_mult=multiplier, num_classes=info.num_classes)
     model.features[0][0] = _stem_conv(model.features[0][0], info)
     return model
 
 
 def _shufflenetv2(multiplier: float, info: DatasetInfo) -> nn.Module:
+    import torchvision  # see _mobilenetv2
+
     builders = {
         0.5: torchvision.models.shufflenet_v2_x0_5,
         1.0: torchvision.models.shufflenet_v2_x1_0,
@@ -130,9 +118,6 @@ def _resnet18(multiplier: float, info: DatasetInfo) -> nn.Module:
     """The standard-width ResNet18 (64/128/256/512) of the project's substrate configurations
     (``resnet18-cifar``: 3x3 stride-1 stem; ``resnet18-tinyimagenet`` above 32 pixels: max-pool
     2 after the stem) with every position at ``multiplier``, sized for the data set."""
-    from fedapp.models.elastic_resnet import ResNet
-    from fedapp.models.substrate import width_arch
-
     name = "resnet18-cifar" if info.image_size <= SMALL_INPUT_SIDE else "resnet18-tinyimagenet"
     config = load_supernet(
         name,
@@ -229,18 +214,6 @@ def family_candidates(family: str, info: DatasetInfo, batch_size: int) -> list[C
         raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILY_NAMES)}")
     names = [candidate_name(family, m) for m in FAMILIES[family].multipliers]
     return sorted((describe(n, info, batch_size) for n in names), key=lambda c: c.macs)
-
-
-def run_family(cfg: RunConfig) -> str:
-    """The run's family: ``nas-family``, or for "auto" the backbone the paper uses for the data set
-    (MNIST-like -> lenet5, CIFAR-like -> mobilenetv2; other data: lenet5 for grey images)."""
-    if cfg.nas_family != "auto":
-        return cfg.nas_family
-    if cfg.dataset in _AUTO_FAMILY:
-        return _AUTO_FAMILY[cfg.dataset]
-    from fedapp.federated_data import population
-
-    return "lenet5" if population(cfg).info.channels == 1 else "mobilenetv2"
 
 
 def affordable(

@@ -24,6 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedapp.models.arch import SupernetConfig
+from fedapp.models.elastic_resnet import ElasticResNet
+
 State = Mapping[str, np.ndarray]
 
 
@@ -166,3 +169,8 @@ def masked_parameters(
     return {
         n: masked_weight(p, threshold) if n in names else p for n, p in model.named_parameters()
     }
+
+
+def full_model(config: SupernetConfig, seed: int = 0) -> ElasticResNet:
+    """The whole substrate at full width and depth (seeded init; clients load over it)."""
+    return ElasticResNet(config, seed=seed)

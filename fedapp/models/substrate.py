@@ -1,34 +1,17 @@
 """The run's ResNet18 substrate for the weight-sharing baselines (HeteroFL, ScaleFL, FIARSE).
 
 The substrate is a configuration of the elastic ResNet family (``conf/supernets/resnet18-*.yaml``)
-sized for the data set like FEAST's supernet, so server and clients derive identical tensor shapes
-from the run config alone. A baseline's width level is the architecture "every position at one
-width multiplier, full depth"; its tensors are leading slices of the full model's.
+sized for the data set like FEAST's supernet (``fedapp.run_models.substrate_config``), so server
+and clients derive identical tensor shapes from the run config alone. A baseline's width level is
+the architecture "every position at one width multiplier, full depth"; its tensors are leading
+slices of the full model's.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
-from fedapp.config import RunConfig
-from fedapp.data.registry import DatasetInfo
-from fedapp.models.arch import Arch, SupernetConfig, load_supernet
-
-
-@lru_cache(maxsize=4)
-def _sized(name: str, info: DatasetInfo) -> SupernetConfig:
-    return load_supernet(
-        name,
-        in_channels=info.channels,
-        image_size=info.image_size,
-        num_classes=info.num_classes,
-    )
-
-
-def substrate_config(cfg: RunConfig, info: DatasetInfo) -> SupernetConfig:
-    """The run's substrate (``substrate`` key) for the data set's channels, size and classes."""
-    return _sized(cfg.substrate, info)
+from fedapp.models.arch import Arch, SupernetConfig
 
 
 def width_arch(config: SupernetConfig, rate: float) -> Arch:

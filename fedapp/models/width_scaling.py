@@ -13,7 +13,9 @@ from functools import partial
 import torch
 from torch import nn
 
-from fedapp.models.elastic_resnet import STATIC, LayerKit
+from fedapp.models.arch import SupernetConfig
+from fedapp.models.elastic_resnet import STATIC, LayerKit, ResNet
+from fedapp.models.substrate import width_arch
 
 #: Static layers whose BN keeps no running statistics (normalises by batch statistics always).
 STATIC_BN = LayerKit(
@@ -43,3 +45,14 @@ def attach_scaler(model: nn.Module, rate: float, training_only: bool = True) -> 
     for module in model.modules():
         if isinstance(module, nn.Conv2d):
             module.register_forward_hook(partial(_scale, rate, training_only))
+
+
+#: HeteroFL's width multipliers (rate letters e, d, c, b, a), smallest first.
+WIDTHS: tuple[float, ...] = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+
+
+def width_model(config: SupernetConfig, rate: float) -> ResNet:
+    """The static sub-model of one width as a client trains it: static BN, Scaler(rate)."""
+    model = ResNet(config, width_arch(config, rate), STATIC_BN)
+    attach_scaler(model, rate)
+    return model

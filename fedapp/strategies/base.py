@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
@@ -24,12 +24,25 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedapp.config import RunConfig
-from fedapp.data.registry import ImageArrays
+from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.evaluation.accounting import CommunicationLedger
-from fedapp.evaluation.operating_points import write_csv
-from fedapp.messages import ARRAYS, CONFIG, EVAL_SPLIT, NUM_EXAMPLES, from_record, to_record
+from fedapp.evaluation.operating_points import PointEvaluator
+from fedapp.evaluation.results import write_csv
+from fedapp.federated_data import server_set
+from fedapp.messages import (
+    ARRAYS,
+    COMPUTE_METRIC,
+    CONFIG,
+    EVAL_SPLIT,
+    LEARNING_RATE,
+    NUM_EXAMPLES,
+    SELECTION_KEY,
+    SERVER_ROUND,
+)
+from fedapp.methods import strategy_class
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.replies import (
+from fedapp.records import from_record, to_record
+from fedapp.strategies.reply_validation import (
     ArraySpec,
     InvalidReply,
     ValidReply,
@@ -37,25 +50,10 @@ from fedapp.strategies.replies import (
     validate_metrics,
     validate_reply,
 )
+from fedapp.training.loops import resolve_device
 
 State = dict[str, np.ndarray]
-#: The validation metric that selects the best checkpoint.
-SELECTION_KEY = "val-accuracy"
-#: The reply metric in which a client reports its training compute (MACs, forward + backward).
-COMPUTE_METRIC = "compute-proxy-macs"
 COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
-
-
-def points_validation(
-    rows: Iterable[dict[str, Any]], name: Callable[[dict[str, Any]], str]
-) -> dict[str, float]:
-    """Validation of several operating points: each one's accuracy under ``name(row)``, and the
-    checkpoint selected on their mean accuracy (every point counts once)."""
-    rows = list(rows)
-    metrics = {name(r): r["accuracy"] for r in rows}
-    metrics["val-loss"] = float(np.mean([r["loss"] for r in rows]))
-    metrics[SELECTION_KEY] = float(np.mean([r["accuracy"] for r in rows]))
-    return metrics
 
 
 @dataclass
@@ -124,8 +122,8 @@ class HeterogeneousStrategy(Strategy):
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         """Per-node training settings decided by the server (the rest comes from the run config)."""
         return {
-            "server-round": server_round,
-            "learning-rate": scheduled_learning_rate(self.cfg, server_round),
+            SERVER_ROUND: server_round,
+            LEARNING_RATE: scheduled_learning_rate(self.cfg, server_round),
         }
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
@@ -364,6 +362,14 @@ class HeterogeneousStrategy(Strategy):
         log(INFO, "\t└── rounds: %d, seed: %d", self.cfg.num_server_rounds, self.cfg.seed)
 
 
+def point_evaluator(cfg: RunConfig, info: DatasetInfo) -> PointEvaluator:
+    """The run's evaluation of operating points: its calibration split, batch size, device and
+    seed, the same for every weight-shared method."""
+    return PointEvaluator(
+        server_set(cfg, "calibration"), info, cfg.batch_size, resolve_device(cfg.device), cfg.seed
+    )
+
+
 def scheduled_learning_rate(cfg: RunConfig, server_round: int) -> float:
     """The round's learning rate: constant, or cosine decay over the round horizon."""
     if cfg.lr_schedule == "cosine":
@@ -386,3 +392,8 @@ def weighted_metrics(replies: list[ValidReply]) -> dict[str, float | int]:
         if all(isinstance(r.metrics[key], int | float) for r in replies):
             out[key] = sum(float(r.metrics[key]) * r.num_examples for r in replies) / total
     return out
+
+
+def build_strategy(cfg: RunConfig, nodes: NodeRegistry) -> HeterogeneousStrategy:
+    """The server strategy the run config selects (fedapp.methods names it)."""
+    return strategy_class(cfg.strategy)(cfg, nodes)

@@ -17,7 +17,7 @@ from typing import Any
 from flwr.common.logger import log
 
 from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.operating_points import write_csv
+from fedapp.evaluation.results import write_csv
 from fedapp.strategies.base import State
 from fedapp.strategies.fedavg import FedAvgStrategy
 

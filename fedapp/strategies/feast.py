@@ -15,15 +15,16 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from fedapp.clients.feast import plan_for
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.accounting import exposure
+from fedapp.messages import AFFORDABLE, ROUTED
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile
 from fedapp.strategies.base import State
-from fedapp.strategies.replies import ValidReply
+from fedapp.strategies.reply_validation import ValidReply
 from fedapp.strategies.supernet import CachedSupernetStrategy
+from fedapp.training.co_training import plan_for
 
 
 class FeastStrategy(CachedSupernetStrategy):
@@ -42,8 +43,8 @@ class FeastStrategy(CachedSupernetStrategy):
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {
-            "affordable": list(self.route_of(profile).affordable),
-            "routed": self.cfg.routing,
+            AFFORDABLE: list(self.route_of(profile).affordable),
+            ROUTED: self.cfg.routing,
         }
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
@@ -56,7 +57,7 @@ class FeastStrategy(CachedSupernetStrategy):
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         routes = self.eligible_routes()
         passes = [
-            plan_for(self.space, r.affordable, self.cfg.training_rule).num_passes
+            plan_for(self.space.cache, r.affordable, self.cfg.training_rule).num_passes
             for r in routes.values()
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())

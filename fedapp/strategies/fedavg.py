@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.clients.training import eval_loader, evaluate, resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.federated_data import population
-from fedapp.messages import load_state
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.records import load_state
 from fedapp.strategies.base import HeterogeneousStrategy, State
-from fedapp.strategies.replies import ValidReply
+from fedapp.strategies.reply_validation import ValidReply
+from fedapp.training.loops import eval_loader, evaluate, resolve_device
 
 EVAL_BATCH_SIZE = 256
 

@@ -6,8 +6,8 @@ its *prototype*. The global state holds every served prototype, its tensors name
 ``<prototype>/<tensor>``; a client receives only its own prototype's tensors. Each round: uniform
 (1/n, the authors') FedAvg within each prototype, then each prototype that received models is
 distilled from the mean logits of all received models of all prototypes
-(fedapp.strategies.ensemble_distillation). The server uses only the public split's images, never
-its labels (fedapp.clients.distillation.public_images withholds them).
+(fedapp.training.ensemble_distillation). The server uses only the public split's images, never
+its labels (fedapp.federated_data.public_images withholds them).
 
 Evaluation: each prototype on the held-out data; the reported test accuracy is the population
 accuracy (mean over clients of the accuracy of the prototype each is served), reported in the
@@ -25,35 +25,22 @@ import torch
 from flwr.common.logger import log
 from torch import nn
 
-from fedapp.clients.distillation import public_images
-from fedapp.clients.training import eval_loader, evaluate, resolve_device, seed_local_work
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.operating_points import (
-    OperatingPoint,
-    PointEvaluator,
-    operating_point_report,
-    write_csv,
-)
-from fedapp.federated_data import population, server_set
-from fedapp.messages import load_state
-from fedapp.models.families import (
-    Candidate,
-    build_candidate,
-    family_candidates,
-    largest_affordable,
-    run_family,
-)
+from fedapp.evaluation.operating_points import OperatingPoint, operating_point_report
+from fedapp.evaluation.results import write_csv
+from fedapp.federated_data import population, public_images, server_set
+from fedapp.messages import PROTOTYPE, SELECTION_KEY
+from fedapp.models.families import Candidate, build_candidate, family_candidates, largest_affordable
 from fedapp.models.routing import BudgetError
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State, float_elements
-from fedapp.strategies.ensemble_distillation import (
-    DistillSettings,
-    distil,
-    ensemble_logits,
-)
-from fedapp.strategies.replies import ValidReply
+from fedapp.records import load_state
+from fedapp.run_models import run_family
+from fedapp.strategies.base import HeterogeneousStrategy, State, float_elements, point_evaluator
+from fedapp.strategies.reply_validation import ValidReply
+from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
+from fedapp.training.loops import eval_loader, evaluate, resolve_device, seed_local_work
 
 SEPARATOR = "/"  # between a prototype's name and its tensor's name in the global state
 DISTILLATION_FILE = "distillation.csv"  # per round and prototype: steps, best step, accuracies
@@ -90,7 +77,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
         self.public = public_images(cfg)  # images only: labels withheld
         self.validation = server_set(cfg, "validation")
-        self.points = PointEvaluator.for_run(cfg, self.info)
+        self.points = point_evaluator(cfg, self.info)
         self.settings = DistillSettings(
             steps=cfg.distill_steps,
             eval_every=cfg.distill_eval_every,
@@ -142,7 +129,7 @@ class FedDFStrategy(HeterogeneousStrategy):
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {
-            "prototype": self.prototype_of(profile).name
+            PROTOTYPE: self.prototype_of(profile).name
         }
 
     def reference_params(self, global_state: State) -> int:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedapp.clients.feddistill import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
+from fedapp.messages import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
 from fedapp.profiles import NodeProfile
 from fedapp.strategies.base import State
-from fedapp.strategies.kept_models import KeptModelStrategy
-from fedapp.strategies.replies import ArraySpec, ValidReply
+from fedapp.strategies.client_held import ClientHeldStrategy
+from fedapp.strategies.reply_validation import ArraySpec, ValidReply
 
 CLIENT_LOGITS = "client-logits"  # (clients, classes, classes): each partition's latest upload
 CLIENT_COUNTS = "client-counts"  # (clients, classes): its per-label counts
@@ -41,7 +41,7 @@ def label_consensus(
     return means.astype(np.float32), (clients_per_label > 0).astype(np.float32)
 
 
-class FedDistillStrategy(KeptModelStrategy):
+class FedDistillStrategy(ClientHeldStrategy):
     """Per-label logit exchange; no weights travel."""
 
     def initial_state(self) -> State:

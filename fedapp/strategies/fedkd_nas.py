@@ -8,7 +8,7 @@ D_pub, and updates
     P_agg = aggregate(client logits)   (weighted by samples / mean / trimmed mean / median)
     Z     = beta * P_T + (1 - beta) * P_agg
     Z~    = gamma * Z~ + (1 - gamma) * Z.
-Students live on the clients; evaluation asks them (KeptModelStrategy). Every client's NAS
+Students live on the clients; evaluation asks them (ClientHeldStrategy). Every client's NAS
 choice and score per round goes to nas_choices.csv.
 """
 
@@ -20,10 +20,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedapp.clients.distillation import predict_logits, public_images
-from fedapp.clients.fedkd_nas import LOGITS, TARGET
-from fedapp.clients.nas import memory_budget
-from fedapp.clients.training import (
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
+from fedapp.evaluation.results import write_csv
+from fedapp.federated_data import public_images, server_set
+from fedapp.messages import LOGITS, TARGET
+from fedapp.models.families import affordable, family_candidates
+from fedapp.models.zoo import build_model
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.run_models import memory_budget, run_family
+from fedapp.strategies.base import State
+from fedapp.strategies.client_held import ClientHeldStrategy
+from fedapp.strategies.reply_validation import ArraySpec, ValidReply
+from fedapp.training.distillation import predict_logits
+from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
+from fedapp.training.loops import (
     eval_loader,
     evaluate,
     resolve_device,
@@ -32,24 +44,13 @@ from fedapp.clients.training import (
     train_loader,
     train_supervised,
 )
-from fedapp.config import RunConfig
-from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE, write_csv
-from fedapp.federated_data import server_set
-from fedapp.models.families import affordable, family_candidates, run_family
-from fedapp.models.zoo import build_model
-from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import State
-from fedapp.strategies.kept_models import KeptModelStrategy
-from fedapp.strategies.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
-from fedapp.strategies.replies import ArraySpec, ValidReply
 
 TEACHER = "teacher"  # global state: P_T, the teacher's logits on D_pub
 NAS_CHOICES_FILE = "nas_choices.csv"
 NAS_METRICS = ("nas-multiplier", "nas-macs", "nas-score", "nas-switched", "nas-holdout-accuracy")
 
 
-class FedKDNASStrategy(KeptModelStrategy):
+class FedKDNASStrategy(ClientHeldStrategy):
     """Logit exchange on the public set with teacher fusion and EMA; clients choose by NAS."""
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
@@ -148,25 +149,3 @@ class FedKDNASStrategy(KeptModelStrategy):
                 for name in (c.name for c in self.candidates)
             },
         }
-
-
-class LocalKDStrategy(FedKDNASStrategy):
-    """Local-KD: each client gets P_T once (the first time it is sampled) and then trains alone;
-    replies carry no arrays and the server's state never changes."""
-
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
-        self.delivered: set[int] = set()  # partitions that have received the teacher's logits
-
-    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        if profile.partition_id in self.delivered or TEACHER not in global_state:
-            return {}
-        self.delivered.add(profile.partition_id)
-        return {TARGET: global_state[TEACHER]}
-
-    def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
-        return {}
-
-    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
-        self._log_choices(server_round, replies)
-        return global_state

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedapp.clients.fedmd import CONSENSUS, CONSENSUS_ROUND, LOGITS
+from fedapp.messages import CONSENSUS, CONSENSUS_ROUND, LOGITS
 from fedapp.profiles import NodeProfile
 from fedapp.strategies.base import State
-from fedapp.strategies.kept_models import KeptModelStrategy
-from fedapp.strategies.replies import ArraySpec, ValidReply
+from fedapp.strategies.client_held import ClientHeldStrategy
+from fedapp.strategies.reply_validation import ArraySpec, ValidReply
 
 
 def consensus(logits: list[np.ndarray]) -> np.ndarray:
@@ -24,7 +24,7 @@ def consensus(logits: list[np.ndarray]) -> np.ndarray:
     return np.mean(np.stack(logits), axis=0, dtype=np.float64).astype(np.float32)
 
 
-class FedMDStrategy(KeptModelStrategy):
+class FedMDStrategy(ClientHeldStrategy):
     """Consensus on a fresh alignment subset each round; clients digest and revisit."""
 
     def initial_state(self) -> State:

@@ -23,23 +23,23 @@ import numpy as np
 import torch
 from flwr.common.logger import log
 
-from fedapp.clients.fiarse import MASK_MACS, THRESHOLD, full_model
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    PointEvaluator,
     operating_point_report,
     point_result,
+    points_validation,
 )
 from fedapp.federated_data import population
-from fedapp.messages import load_state
-from fedapp.models.masks import MaskFamily, apply_mask, masked_names, value_costs
+from fedapp.messages import MASK_MACS, THRESHOLD
+from fedapp.models.masks import MaskFamily, apply_mask, full_model, masked_names, value_costs
 from fedapp.models.slicing import is_averaged
-from fedapp.models.substrate import substrate_config
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
-from fedapp.strategies.replies import ValidReply
+from fedapp.records import load_state
+from fedapp.run_models import substrate_config
+from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
+from fedapp.strategies.reply_validation import ValidReply
 
 #: Grid points validated every evaluation round: the smallest, the middle and the full model.
 VALIDATED_POINTS = 3
@@ -76,7 +76,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         super().__init__(cfg, nodes)
         self.info = population(cfg).info
         self.config = substrate_config(cfg, self.info)
-        self.points = PointEvaluator.for_run(cfg, self.info)
+        self.points = point_evaluator(cfg, self.info)
         probe = full_model(self.config)
         size = self.info.image_size
         self.masked = set(masked_names(probe))

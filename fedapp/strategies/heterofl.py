@@ -18,24 +18,26 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedapp.clients.heterofl import LABEL_MASK, WIDTH_KEY, WIDTHS
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    PointEvaluator,
     operating_point_report,
     point_result,
+    points_validation,
 )
 from fedapp.federated_data import population
-from fedapp.messages import load_state
+from fedapp.messages import LABEL_MASK, WIDTH_KEY
 from fedapp.models.counter import Cost, count
 from fedapp.models.elastic_resnet import ElasticResNet, state_shapes
 from fedapp.models.slicing import SliceAccumulator, extract
-from fedapp.models.substrate import substrate_config, width_arch
+from fedapp.models.substrate import width_arch
+from fedapp.models.width_scaling import WIDTHS
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
-from fedapp.strategies.replies import ArraySpec, ValidReply
+from fedapp.records import load_state
+from fedapp.run_models import substrate_config
+from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
+from fedapp.strategies.reply_validation import ArraySpec, ValidReply
 
 #: The classifier tensors whose rows are restricted to a client's classes when averaging.
 CLASSIFIER = ("head.weight", "head.bias")
@@ -54,7 +56,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             rate: count(self.config, width_arch(self.config, rate)) for rate in WIDTHS
         }
         self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
-        self.points = PointEvaluator.for_run(cfg, self.info)
+        self.points = point_evaluator(cfg, self.info)
 
     def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:
         """Shapes of a width's weights and biases: static BN sends no running statistics."""

@@ -27,6 +27,7 @@ from flwr.serverapp import Grid
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.feast_space import ModelSpace
+from fedapp.messages import SUBNET
 from fedapp.models.arch import Arch
 from fedapp.models.counter import count, count_population
 from fedapp.models.elastic_resnet import state_shapes
@@ -34,7 +35,7 @@ from fedapp.models.routing import affordable
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.strategies.base import State
-from fedapp.strategies.replies import ValidReply
+from fedapp.strategies.reply_validation import ValidReply
 from fedapp.strategies.supernet import CachedSupernetStrategy
 
 #: MaxNet weight of the max-subnet client at round 0 and after the decay (authors' schedule
@@ -214,7 +215,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         assignment = self.assigned[profile.partition_id]
         return super().train_config(server_round, profile) | {
-            "subnet": str(assignment.arch),
+            SUBNET: str(assignment.arch),
             "role": assignment.role,
         }
 
@@ -250,17 +251,3 @@ class MaxNetStrategy(CachedSupernetStrategy):
             summary["maxnet_assignments"],
         )
         return summary
-
-
-class SuperFedNasStrategy(MaxNetStrategy):
-    """SuperFedNAS transfer: random subnets of the whole space."""
-
-    method = "SuperFedNAS"
-    sampler_type = SpaceSampler
-
-
-class DeepFedNasStrategy(MaxNetStrategy):
-    """DeepFedNAS transfer: subnets along the cached Pareto path."""
-
-    method = "DeepFedNAS"
-    sampler_type = PathSampler

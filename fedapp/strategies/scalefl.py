@@ -18,28 +18,30 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from fedapp.clients.scalefl import costs_of_levels, level_model
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
-    PointEvaluator,
     operating_point_report,
     point_result,
+    points_validation,
 )
 from fedapp.federated_data import population
-from fedapp.messages import load_state
+from fedapp.messages import LEVEL
 from fedapp.models.early_exits import (
     SCALEFL_LEVELS,
     EarlyExitResNet,
     affordable_level,
+    level_costs,
+    level_model,
     level_shapes,
 )
 from fedapp.models.slicing import SliceAccumulator, extract
-from fedapp.models.substrate import substrate_config
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
-from fedapp.strategies.replies import ValidReply
+from fedapp.records import load_state
+from fedapp.run_models import substrate_config
+from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
+from fedapp.strategies.reply_validation import ValidReply
 
 
 class ScaleFLStrategy(HeterogeneousStrategy):
@@ -49,8 +51,8 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         super().__init__(cfg, nodes)
         self.info = population(cfg).info
         self.substrate = substrate_config(cfg, self.info)
-        self.costs = costs_of_levels(cfg, self.info)
-        self.points = PointEvaluator.for_run(cfg, self.info)
+        self.costs = level_costs(self.substrate, cfg.scalefl_exit_convs)
+        self.points = point_evaluator(cfg, self.info)
         below = self.clients_below_smallest_level()
         log(
             INFO,
@@ -76,7 +78,9 @@ class ScaleFLStrategy(HeterogeneousStrategy):
 
     # ---- one round ------------------------------------------------------------------------------
     def initial_state(self) -> State:
-        model = level_model(self.cfg, self.info, len(SCALEFL_LEVELS) - 1, seed=self.cfg.seed)
+        model = level_model(
+            self.substrate, len(SCALEFL_LEVELS) - 1, self.cfg.scalefl_exit_convs, seed=self.cfg.seed
+        )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
@@ -89,7 +93,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         return self.costs[self.level_of(profile)].params
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
-        return super().train_config(server_round, profile) | {"level": self.level_of(profile)}
+        return super().train_config(server_round, profile) | {LEVEL: self.level_of(profile)}
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         accumulator = SliceAccumulator(global_state)
@@ -99,7 +103,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _level_with(self, state: State, level: int) -> EarlyExitResNet:
-        model = level_model(self.cfg, self.info, level)
+        model = level_model(self.substrate, level, self.cfg.scalefl_exit_convs)
         load_state(model, extract(state, self._shapes(level)))
         return model
 

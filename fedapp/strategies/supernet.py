@@ -18,16 +18,16 @@ from flwr.common.logger import log
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import (
-    PointEvaluator,
     operating_point_report,
     point_result,
+    points_validation,
 )
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import BudgetError, Route
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import HeterogeneousStrategy, State, points_validation
+from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
 
 
 class CachedSupernetStrategy(HeterogeneousStrategy):
@@ -41,7 +41,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         self.info = population(cfg).info
         self.space = model_space(cfg, self.info)
         self.anchors = self.space.anchors(cfg.anchor_variants)
-        self.points = PointEvaluator.for_run(cfg, self.info)
+        self.points = point_evaluator(cfg, self.info)
 
     # ---- budgets ------------------------------------------------------------------------------
     def route_of(self, profile: NodeProfile) -> Route:
@@ -75,7 +75,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
     # ---- evaluation ---------------------------------------------------------------------------
     def variant_rows(self, state: State, indices: list[int], data: ImageArrays) -> list[dict]:
         """Accuracy and loss of cached variants, each after its own BN recalibration."""
-        return self.points.variants(self.space, state, indices, data)
+        return self.points.variants(self.space.config, self.space.cache, state, indices, data)
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """The largest cached variant (what a single-model method would serve)."""

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.clients.distillation import endless, kd_loss, predict_logits, target_loader
 from fedapp.data.registry import DatasetInfo, ImageArrays
+from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
 
 
 @dataclass(frozen=True)

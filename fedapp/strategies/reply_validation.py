@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import Message
 
-from fedapp.messages import ARRAYS, METRICS, NUM_EXAMPLES, from_record
+from fedapp.messages import ARRAYS, METRICS, NUM_EXAMPLES
+from fedapp.records import from_record
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""Local training and evaluation loops shared by every client trainer and the server."""
+"""Training and evaluation loops shared by every method, on either side: seeding, loaders,
+one optimizer step, local epochs, plain evaluation. Torch and explicit arguments only."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -13,13 +13,6 @@ from torch.utils.data import DataLoader
 
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, eval_transform, mix_batch, train_transform
-from fedapp.messages import CONFIG
-
-if TYPE_CHECKING:
-    from flwr.app import Message
-
-    from fedapp.config import RunConfig
-    from fedapp.profiles import LocalNode
 
 
 @dataclass(frozen=True)
@@ -159,51 +152,6 @@ def train_epochs(
             steps += 1
     seconds = time.perf_counter() - start
     return TrainStats(loss_sum / max(examples, 1), examples, steps, seconds, forward_macs)
-
-
-def local_sgd(
-    model: nn.Module,
-    message: Message,
-    cfg: RunConfig,
-    node: LocalNode,
-    info: DatasetInfo,
-    weight_decay: float | None = None,
-) -> tuple[torch.Generator, DataLoader, torch.optim.SGD]:
-    """A client's round set-up after its model is built: the round's seeded generator, its
-    shuffled shard and SGD at the message's learning rate (``weight_decay`` overrides the run's).
-    """
-    config = message.content[CONFIG]
-    generator = seed_local_work(cfg.seed, int(config["server-round"]), node.partition_id)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    decay = cfg.weight_decay if weight_decay is None else weight_decay
-    return generator, loader, sgd(model, float(config["learning-rate"]), cfg.momentum, decay)
-
-
-def train_local_epochs(
-    model: nn.Module,
-    loader: DataLoader,
-    optimizer: torch.optim.Optimizer,
-    gradients: Gradients,
-    cfg: RunConfig,
-    generator: torch.Generator,
-    *,
-    clip: bool = True,
-    min_batch: int = 1,
-) -> TrainStats:
-    """``local-epochs`` of :func:`train_epochs` with the run's device, batch mixing
-    (``mix-batches``) and gradient clipping (``grad-clip``, unless ``clip`` is False)."""
-    return train_epochs(
-        model,
-        loader,
-        optimizer,
-        gradients,
-        epochs=cfg.local_epochs,
-        device=resolve_device(cfg.device),
-        generator=generator,
-        mix=cfg.mix_batches,
-        grad_clip=cfg.grad_clip if clip else None,
-        min_batch=min_batch,
-    )
 
 
 def train_supervised(

@@ -11,27 +11,17 @@ from __future__ import annotations
 from flwr.app import Message, RecordDict
 from torch import nn
 
-from fedapp.clients.evaluation import candidate_costs, evaluation_reply, no_model_reply
-from fedapp.clients.local_state import load_arrays, save_arrays
+from fedapp.clients.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
+from fedapp.clients.node_state import load_arrays, save_arrays
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.federated_data import population
-from fedapp.messages import load_state
-from fedapp.models.families import (
-    Candidate,
-    build_candidate,
-    family_candidates,
-    largest_affordable,
-    run_family,
-)
+from fedapp.models.families import Candidate, build_candidate, largest_affordable
 from fedapp.profiles import LocalNode
+from fedapp.records import load_state
+from fedapp.run_models import run_candidates
 
 MODEL_KEY = "kept-model"  # node-state key of the client's own model
-
-
-def run_candidates(cfg: RunConfig, info: DatasetInfo) -> list[Candidate]:
-    """The run's family, cheapest first (the server uses it to tell who can take part)."""
-    return family_candidates(run_family(cfg), info, cfg.batch_size)
 
 
 def own_candidate(cfg: RunConfig, info: DatasetInfo, budget: float) -> Candidate:
@@ -39,7 +29,7 @@ def own_candidate(cfg: RunConfig, info: DatasetInfo, budget: float) -> Candidate
     return largest_affordable(run_candidates(cfg, info), budget)
 
 
-def kept_model(cfg: RunConfig, node: LocalNode, info: DatasetInfo) -> tuple[nn.Module, bool]:
+def load_own_model(cfg: RunConfig, node: LocalNode, info: DatasetInfo) -> tuple[nn.Module, bool]:
     """(this node's model, whether it is new): the kept weights if any, else a fresh build."""
     model = build_candidate(own_candidate(cfg, info, node.budget).name, info)
     saved = load_arrays(node.state, MODEL_KEY)
@@ -48,17 +38,17 @@ def kept_model(cfg: RunConfig, node: LocalNode, info: DatasetInfo) -> tuple[nn.M
     return model, saved is None
 
 
-def keep_model(node: LocalNode, model: nn.Module) -> None:
+def keep_own_model(node: LocalNode, model: nn.Module) -> None:
     """Store the model in the node's state for its next message."""
     save_arrays(node.state, MODEL_KEY, model.state_dict())
 
 
-def evaluate_kept_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def evaluate_own_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """Client evaluator: this node's kept model on the server-held split the message names (a
     node that has not trained yet has no model: :func:`no_model_reply`)."""
     if load_arrays(node.state, MODEL_KEY) is None:
         return no_model_reply()
     info = population(cfg).info
-    model, _ = kept_model(cfg, node, info)
+    model, _ = load_own_model(cfg, node, info)
     costs = candidate_costs(own_candidate(cfg, info, node.budget))
     return evaluation_reply(model, message, cfg, info, costs)

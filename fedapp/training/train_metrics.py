@@ -3,9 +3,8 @@ accounting reads (training loss, steps and time; the compute proxy, ``COMPUTE_ME
 
 from __future__ import annotations
 
-from fedapp.clients.training import TrainStats
-from fedapp.messages import NUM_EXAMPLES
-from fedapp.strategies.base import COMPUTE_METRIC
+from fedapp.messages import COMPUTE_METRIC, NUM_EXAMPLES
+from fedapp.training.loops import TrainStats
 
 #: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
 FORWARD_BACKWARD_FACTOR = 3

@@ -12,18 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedapp.clients.kept_model import run_candidates
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.operating_points import write_csv
+from fedapp.evaluation.results import write_csv
 from fedapp.federated_data import population
+from fedapp.messages import SELECTION_KEY
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import SELECTION_KEY, HeterogeneousStrategy, State
+from fedapp.run_models import run_candidates
+from fedapp.strategies.base import HeterogeneousStrategy, State
 
 CLIENTS_FILE = "clients.csv"  # each client's model and its test accuracy
 
 
-class KeptModelStrategy(HeterogeneousStrategy):
+class ClientHeldStrategy(HeterogeneousStrategy):
     """Evaluation through the clients' own models; nodes that afford no candidate sit out."""
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:

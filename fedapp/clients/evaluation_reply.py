@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.clients.training import eval_loader, evaluate, resolve_device
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.federated_data import server_set
 from fedapp.messages import CONFIG, EVAL_SPLIT, METRICS, NUM_EXAMPLES
 from fedapp.models.families import Candidate
+from fedapp.training.loops import eval_loader, evaluate, resolve_device
 
 
 def no_model_reply() -> RecordDict:

@@ -97,8 +97,8 @@ def measure(seconds: float, batch_size: int = 32, device: str = "cpu") -> Measur
     import torch
     from torch import nn
 
-    from fedapp.clients.training import resolve_device
     from fedapp.models.cnn import build_cnn
+    from fedapp.training.loops import resolve_device
 
     torch_device = resolve_device(device)
     generator = torch.Generator().manual_seed(0)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord, RecordDict
 
-from fedapp.messages import from_record, to_record
+from fedapp.records import from_record, to_record
 
 
 def save_arrays(

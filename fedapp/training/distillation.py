@@ -1,9 +1,8 @@
 """Knowledge distillation on the public set, shared by every method that exchanges predictions
 (FedKD-NAS, Local-KD, FedMD, FedDistill) or distils on the server (FedDF).
 
-The public set is a server-held split of the training pool. Clients derive the same split from
-the run config (so no images travel), but only its images: :func:`public_images` withholds the
-labels, which only the server (e.g. to pre-train a teacher) may use.
+The public set is a server-held split of the training pool (``federated_data.public_images``
+gives clients its images without labels).
 """
 
 from __future__ import annotations
@@ -15,22 +14,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from fedapp.clients.training import eval_loader
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, eval_transform, train_transform
-from fedapp.federated_data import server_set
+from fedapp.training.loops import eval_loader
 
-#: Label of every public image a client sees: clients never get public labels.
-HIDDEN_LABEL = -1
 PREDICT_BATCH_SIZE = 256
-
-
-def public_images(cfg: RunConfig) -> ImageArrays:
-    """The public set's images, labels withheld (the run config guarantees the set exists for
-    every strategy that distils on it)."""
-    images = server_set(cfg, "public").images
-    return ImageArrays(images=images, labels=np.full(len(images), HIDDEN_LABEL, dtype=np.int64))
 
 
 def kd_loss(student: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

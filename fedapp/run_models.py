@@ -1,0 +1,65 @@
+"""The run's models, from its config: which ResNet18 substrate the weight-sharing baselines use,
+which candidate family the logit-exchange methods pick from, and the NAS memory budget.
+
+Server and clients both call these, so they derive the same architectures from the run config
+alone; the model code itself (fedapp.models) takes only explicit arguments.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from fedapp.config import RunConfig
+from fedapp.data.registry import DatasetInfo
+from fedapp.federated_data import population
+from fedapp.models.arch import SupernetConfig, load_supernet
+from fedapp.models.families import Candidate, family_candidates
+
+BYTES_PER_MB = 2**20
+#: The backbone per data set the paper names (MNIST-like -> LeNet5, CIFAR-like -> MobileNetV2).
+AUTO_FAMILY = {
+    "mnist-5k": "lenet5",
+    "digits": "lenet5",
+    "mnist": "lenet5",
+    "fashion-mnist": "lenet5",
+    "emnist": "lenet5",
+    "cifar10": "mobilenetv2",
+    "cifar100": "mobilenetv2",
+    "cinic10": "mobilenetv2",
+    "tinyimagenet": "mobilenetv2",
+}
+
+
+@lru_cache(maxsize=4)
+def _sized(name: str, info: DatasetInfo) -> SupernetConfig:
+    return load_supernet(
+        name,
+        in_channels=info.channels,
+        image_size=info.image_size,
+        num_classes=info.num_classes,
+    )
+
+
+def substrate_config(cfg: RunConfig, info: DatasetInfo) -> SupernetConfig:
+    """The run's substrate (``substrate`` key) for the data set's channels, size and classes."""
+    return _sized(cfg.substrate, info)
+
+
+def run_family(cfg: RunConfig) -> str:
+    """The run's family: ``nas-family``, or for "auto" the backbone the paper uses for the data set
+    (MNIST-like -> lenet5, CIFAR-like -> mobilenetv2; other data: lenet5 for grey images)."""
+    if cfg.nas_family != "auto":
+        return cfg.nas_family
+    if cfg.dataset in AUTO_FAMILY:
+        return AUTO_FAMILY[cfg.dataset]
+    return "lenet5" if population(cfg).info.channels == 1 else "mobilenetv2"
+
+
+def run_candidates(cfg: RunConfig, info: DatasetInfo) -> list[Candidate]:
+    """The run's family, cheapest first (the server uses it to tell who can take part)."""
+    return family_candidates(run_family(cfg), info, cfg.batch_size)
+
+
+def memory_budget(cfg: RunConfig) -> float | None:
+    """Training-memory budget in bytes, None when ``nas-memory-mb`` is 0 (no limit)."""
+    return cfg.nas_memory_mb * BYTES_PER_MB if cfg.nas_memory_mb > 0 else None

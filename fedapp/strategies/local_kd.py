@@ -1,0 +1,33 @@
+"""Local-KD, FedKD-NAS's no-coordination ablation (server side): the teacher's logits once, then
+every client trains alone; evaluation and NAS bookkeeping are FedKD-NAS's."""
+
+from __future__ import annotations
+
+from fedapp.config import RunConfig
+from fedapp.messages import TARGET
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.strategies.base import State
+from fedapp.strategies.fedkd_nas import TEACHER, FedKDNASStrategy
+from fedapp.strategies.reply_validation import ArraySpec, ValidReply
+
+
+class LocalKDStrategy(FedKDNASStrategy):
+    """Local-KD: each client gets P_T once (the first time it is sampled) and then trains alone;
+    replies carry no arrays and the server's state never changes."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.delivered: set[int] = set()  # partitions that have received the teacher's logits
+
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        if profile.partition_id in self.delivered or TEACHER not in global_state:
+            return {}
+        self.delivered.add(profile.partition_id)
+        return {TARGET: global_state[TEACHER]}
+
+    def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
+        return {}
+
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        self._log_choices(server_round, replies)
+        return global_state

@@ -1,0 +1,103 @@
+"""FEAST's co-training plan (paper Alg. 2): which cached variants train on each mini-batch, and
+their gradients with in-place distillation from the largest affordable one.
+
+The SuperFedNAS/DeepFedNAS transfers train one assigned subnet through the same plan
+(:meth:`CoTrainingPlan.single`); the server uses the plan to count a client's passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fedapp.data.transforms import mixed_cross_entropy
+from fedapp.models.cache import Variant, VariantCache
+from fedapp.models.elastic_resnet import ElasticResNet
+from fedapp.training.loops import Gradients, StepOutcome
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One variant trained on a mini-batch; ``distil`` adds KD from the batch's teacher."""
+
+    variant: Variant
+    distil: bool
+    teacher: bool = False
+
+
+@dataclass(frozen=True)
+class CoTrainingPlan:
+    """Which variants a client trains, by the training rule and its affordable set."""
+
+    smallest: Variant  # cache-wide a_min
+    largest: Variant  # largest affordable a_max
+    intermediates: tuple[Variant, ...]  # affordable, MACs strictly between the two
+    rule: str
+
+    @classmethod
+    def single(cls, variant: Variant) -> CoTrainingPlan:
+        """Plain supervised training of one variant: one pass per mini-batch, no KD."""
+        return cls(variant, variant, (), "max")
+
+    @property
+    def num_passes(self) -> int:
+        """Variants trained per mini-batch (1, 2 or 3)."""
+        if self.rule in ("min", "max") or self.largest == self.smallest:
+            return 1
+        return 3 if self.rule == "full" and self.intermediates else 2
+
+    def passes(self, generator: torch.Generator) -> list[Pass]:
+        """This mini-batch's passes in order (the teacher first); draws the random one."""
+        low, high = Pass(self.smallest, False), Pass(self.largest, False)
+        if self.rule == "min" or self.largest == self.smallest:
+            return [low]
+        if self.rule == "max":
+            return [high]
+        if self.rule == "min-max":
+            return [high, low]
+        passes = [Pass(self.largest, False, teacher=True), Pass(self.smallest, True)]
+        if self.rule == "full" and self.intermediates:
+            pick = int(torch.randint(len(self.intermediates), (1,), generator=generator))
+            passes.append(Pass(self.intermediates[pick], True))
+        return passes
+
+
+def plan_for(cache: VariantCache, affordable: Sequence[int], rule: str) -> CoTrainingPlan:
+    """The plan of a client with the given affordable cache indices."""
+    variants = cache.variants
+    smallest, largest = variants[0], variants[max(affordable)]
+    between = tuple(
+        variants[i] for i in sorted(affordable) if smallest.macs < variants[i].macs < largest.macs
+    )
+    return CoTrainingPlan(smallest, largest, between, rule)
+
+
+def co_training_gradients(
+    model: ElasticResNet, plan: CoTrainingPlan, generator: torch.Generator, kd_weight: float
+) -> Gradients:
+    """Every pass of the plan on one (mixed) mini-batch, accumulating gradients; reports the
+    first pass's supervised loss and the forward MACs of all passes."""
+
+    def gradients(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> StepOutcome:
+        teacher: torch.Tensor | None = None
+        first_loss, macs = 0.0, 0
+        for index, step in enumerate(plan.passes(generator)):
+            model.activate(step.variant.arch)
+            logits = model(x)
+            loss = mixed_cross_entropy(logits, y_a, y_b, lam)
+            if index == 0:
+                first_loss = loss.item()
+            if step.distil:
+                if teacher is None:
+                    raise RuntimeError("a distilled pass needs the teacher pass before it")
+                kd = -(teacher * torch.log_softmax(logits, dim=1)).sum(dim=1).mean()
+                loss = (1 - kd_weight) * loss + kd_weight * kd
+            loss.backward()
+            if step.teacher:
+                teacher = torch.softmax(logits.detach(), dim=1)
+            macs += step.variant.macs
+        return StepOutcome(first_loss, macs)
+
+    return gradients

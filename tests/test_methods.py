@@ -1,0 +1,85 @@
+"""The one method table: every row's halves exist, and the lists users read agree with it."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from local_grid import run_config
+
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.methods import (
+    METHOD_NAMES,
+    METHODS,
+    NoClientEvaluator,
+    client_evaluator,
+    client_trainer,
+    strategy_class,
+)
+from fedapp.strategies.base import HeterogeneousStrategy
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def _commented_names(key: str) -> list[str]:
+    """The names listed in pyproject's comment on a run-config key (continuation lines too)."""
+    lines = PYPROJECT.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{key} ="))
+    text = lines[start].split("#", 1)[1]
+    for line in lines[start + 1 :]:
+        if not line.lstrip().startswith("#") or "=" in line.split("#")[0]:
+            break
+        text += " " + line.split("#", 1)[1]
+    return re.findall(r"[a-z][a-z0-9-]*", text.split(";")[-1] if key == "public-size" else text)
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_every_row_names_real_halves(name: str) -> None:
+    assert issubclass(strategy_class(name), HeterogeneousStrategy)
+    trainer = client_trainer(name)
+    assert list(inspect.signature(trainer).parameters) == ["message", "cfg", "node"]
+    if METHODS[name].evaluator is None:
+        with pytest.raises(NoClientEvaluator):
+            client_evaluator(name)
+    else:
+        assert list(inspect.signature(client_evaluator(name)).parameters) == [
+            "message",
+            "cfg",
+            "node",
+        ]
+
+
+def test_pyproject_lists_exactly_the_table() -> None:
+    assert _commented_names("strategy") == list(METHOD_NAMES)
+    needs = [n for n in METHOD_NAMES if METHODS[n].needs_public_set]
+    listed = _commented_names("public-size")
+    assert listed[listed.index("for") + 1 :] == needs
+
+
+@pytest.mark.parametrize("name", METHOD_NAMES)
+def test_public_set_rule_follows_the_table(name: str) -> None:
+    config = run_config(strategy=name, public_size=0)
+    if METHODS[name].needs_public_set:
+        with pytest.raises(ConfigError, match="public-size"):
+            parse_run_config(config)
+    else:
+        assert parse_run_config(config).strategy == name
+
+
+def test_unknown_strategy_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match="'feast', 'superfednas'"):
+        parse_run_config(run_config(strategy="fedprox"))
+
+
+def test_config_imports_no_method_code_and_no_torchvision() -> None:
+    code = (
+        "import sys, fedapp.config; "
+        "print(sorted(m for m in sys.modules if m.startswith(('fedapp.strategies', "
+        "'fedapp.clients', 'torchvision'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
