@@ -35,14 +35,8 @@ _S, _C = "fedapp.strategies.", "fedapp.clients."
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
+        Method("fedavg", f"{_S}fedavg:FedAvgStrategy", f"{_C}fedavg:train"),
         Method("feast", f"{_S}feast:FeastStrategy", f"{_C}feast:train"),
-        # SuperFedNAS and DeepFedNAS differ only in how the server samples subnets; their
-        # clients run the same rule (plain CE on the assigned subnet), so they share a trainer.
-        Method("superfednas", f"{_S}superfednas:SuperFedNasStrategy", f"{_C}maxnet:train"),
-        Method("deepfednas", f"{_S}deepfednas:DeepFedNasStrategy", f"{_C}maxnet:train"),
-        Method("heterofl", f"{_S}heterofl:HeteroFLStrategy", f"{_C}heterofl:train"),
-        Method("scalefl", f"{_S}scalefl:ScaleFLStrategy", f"{_C}scalefl:train"),
-        Method("fiarse", f"{_S}fiarse:FiarseStrategy", f"{_C}fiarse:train"),
         Method(
             "fedkd-nas",
             f"{_S}fedkd_nas:FedKDNASStrategy",
@@ -64,17 +58,23 @@ METHODS: dict[str, Method] = {
             f"{_C}own_model:evaluate_own_model",
             needs_public_set=True,
         ),
-        Method("feddf", f"{_S}feddf:FedDFStrategy", f"{_C}feddf:train", needs_public_set=True),
         Method(
             "feddistill",
             f"{_S}feddistill:FedDistillStrategy",
             f"{_C}feddistill:train",
             f"{_C}own_model:evaluate_own_model",
         ),
+        # SuperFedNAS and DeepFedNAS differ only in how the server samples subnets; their
+        # clients run the same rule (plain CE on the assigned subnet), so they share a trainer.
+        Method("superfednas", f"{_S}superfednas:SuperFedNasStrategy", f"{_C}maxnet:train"),
+        Method("deepfednas", f"{_S}deepfednas:DeepFedNasStrategy", f"{_C}maxnet:train"),
         Method(
             "ditto", f"{_S}ditto:DittoStrategy", f"{_C}ditto:train", f"{_C}ditto:evaluate_personal"
         ),
-        Method("fedavg", f"{_S}fedavg:FedAvgStrategy", f"{_C}fedavg:train"),
+        Method("feddf", f"{_S}feddf:FedDFStrategy", f"{_C}feddf:train", needs_public_set=True),
+        Method("heterofl", f"{_S}heterofl:HeteroFLStrategy", f"{_C}heterofl:train"),
+        Method("fiarse", f"{_S}fiarse:FiarseStrategy", f"{_C}fiarse:train"),
+        Method("scalefl", f"{_S}scalefl:ScaleFLStrategy", f"{_C}scalefl:train"),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)

@@ -54,10 +54,10 @@ def test_every_row_names_real_halves(name: str) -> None:
 
 
 def test_pyproject_lists_exactly_the_table() -> None:
-    assert _commented_names("strategy") == list(METHOD_NAMES)
-    needs = [n for n in METHOD_NAMES if METHODS[n].needs_public_set]
+    assert sorted(_commented_names("strategy")) == sorted(METHOD_NAMES)
+    needs = sorted(n for n in METHOD_NAMES if METHODS[n].needs_public_set)
     listed = _commented_names("public-size")
-    assert listed[listed.index("for") + 1 :] == needs
+    assert sorted(listed[listed.index("for") + 1 :]) == needs
 
 
 @pytest.mark.parametrize("name", METHOD_NAMES)
@@ -71,7 +71,7 @@ def test_public_set_rule_follows_the_table(name: str) -> None:
 
 
 def test_unknown_strategy_names_the_known_ones() -> None:
-    with pytest.raises(ConfigError, match="'feast', 'superfednas'"):
+    with pytest.raises(ConfigError, match="must be one of 'fedavg', 'feast'"):
         parse_run_config(run_config(strategy="fedprox"))
 
 
