@@ -11,7 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedapp.launcher import run_app, write_run_config
+from fedapp.launcher import APP_DIR, run_app, write_run_config
+
+#: The app's root (conf/ presets live here): the checkout whose fedapp is imported.
+ROOT = APP_DIR
 
 
 def flwr_run_once(
