@@ -148,6 +148,7 @@ def _train_round(
         "seconds-train-phase": aggregate_start - phase_start,
         "seconds-aggregate": time.perf_counter() - aggregate_start,
         "seconds-client-training-sum": report.client_seconds,
+        "seconds-client-training-max": report.client_seconds_max,
     }
     if metrics is not None:
         row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}

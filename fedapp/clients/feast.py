@@ -13,13 +13,13 @@ import time
 
 from flwr.app import Message, MetricRecord, RecordDict
 
+from fedapp.clients.kept_modules import elastic_network
 from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population
 from fedapp.messages import AFFORDABLE, ARRAYS, CONFIG, METRICS, ROUTED
 from fedapp.models.arch import Arch
-from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
 from fedapp.profiles import LocalNode
 from fedapp.records import load_into, to_record
@@ -49,7 +49,7 @@ def train_plan(
     started = time.perf_counter()
     info = population(cfg).info
     space = model_space(cfg, info)
-    model = ElasticResNet(space.config, bounds)
+    model = elastic_network(space.config, bounds)
     load_into(model, message.content[ARRAYS])
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
     gradients = co_training_gradients(model, plan, generator, cfg.kd_weight)

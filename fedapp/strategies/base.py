@@ -64,6 +64,7 @@ class RoundReport:
     replied: int = 0
     accepted: int = 0
     client_seconds: float = 0.0  # sum of the accepted clients' own training time
+    client_seconds_max: float = 0.0  # the longest of them: no round can be shorter
     dropped: dict[int, str] = field(default_factory=dict)  # node id -> reason
 
 
@@ -282,9 +283,9 @@ class HeterogeneousStrategy(Strategy):
         for node_id in self._expected:
             self.report.dropped[node_id] = "no reply before the round timeout"
         self.report.accepted = len(valid)
-        self.report.client_seconds = float(
-            sum(float(r.metrics.get("train-seconds", 0.0)) for r in valid)
-        )
+        seconds = [float(r.metrics.get("train-seconds", 0.0)) for r in valid]
+        self.report.client_seconds = float(sum(seconds))
+        self.report.client_seconds_max = max(seconds, default=0.0)
         if not valid:
             log(WARNING, "round %d: no valid reply; the global state is unchanged", server_round)
             return None, None
