@@ -8,13 +8,21 @@ sampled every 0.5 s. Synthetic images take the `npz` path, so CIFAR's RandAugmen
 the measured data loading.
 
     python benchmarks/gpu_check.py --rounds 3 --clients 10 --per-client 500
+    python benchmarks/gpu_check.py --nodes 2 ...    # the same across a 2-node Ray cluster
     python benchmarks/gpu_check.py --smoke          # CPU: 2 clients, 1 round, tiny data
+
+With ``--nodes 2`` the run attaches (RAY_ADDRESS) to a local Ray cluster of two nodes on
+127.0.0.1 (fedapp.ray_cluster: ``ray start --head`` and ``ray start --address``), each with half
+the cores and every GPU (on a one-GPU machine both nodes' clients share it), as a user's cluster
+of two GPU machines would run; the table then also gives each node's ClientApp CPU seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -24,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 from flwr_runs import ROOT, flwr_run_once
+
+from fedapp.ray_cluster import LocalRayCluster
 
 CLASSES = 100
 
@@ -79,12 +89,21 @@ class GpuSampler:
         return [(float(u), float(m)) for u, m in rows]
 
 
+def visible_gpus() -> int:
+    """GPUs nvidia-smi lists (0 without one): each local Ray node is given all of them."""
+    if not shutil.which("nvidia-smi"):
+        return 0
+    listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
+    return sum(line.startswith("GPU ") for line in listing.stdout.splitlines())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=10, help="all of them train every round")
     parser.add_argument("--per-client", type=int, default=500, help="synthetic images per client")
     parser.add_argument("--gpus-per-client", type=float, default=0.25)
+    parser.add_argument("--nodes", type=int, default=1, help="Ray nodes; >1: a local cluster")
     parser.add_argument("--smoke", action="store_true", help="tiny CPU run to check the script")
     parser.add_argument("--out", type=Path, default=None, help="also write the result as JSON")
     args = parser.parse_args()
@@ -106,16 +125,31 @@ def main() -> None:
         "anchor-variants": "0,55",
         "device": "cpu" if args.smoke else "auto",
     }
+    node_cpus = max((os.cpu_count() or 2) // args.nodes, 1)
     federation = (
-        f"num-supernodes={args.clients} client-resources-num-cpus=2 "
+        f"num-supernodes={args.clients} client-resources-num-cpus={min(2, node_cpus)} "
         f"client-resources-num-gpus={args.gpus_per_client}"
     )
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         train = args.clients * args.per_client + 2 * held
         config["data-dir"] = str(synthetic_cifar(work / "cifar-shaped.npz", train, held))
-        with GpuSampler(work / "gpu.csv") as gpu:
-            wall, summary = flwr_run_once(config, federation, work)
+        with contextlib.ExitStack() as stack:
+            env: dict[str, str] = {}
+            if args.nodes > 1:
+                cluster = stack.enter_context(
+                    LocalRayCluster(
+                        work,
+                        nodes=args.nodes,
+                        cpus=node_cpus,
+                        gpus=visible_gpus(),
+                    )
+                )
+                cluster.watch()
+                env["RAY_ADDRESS"] = cluster.address
+            gpu = stack.enter_context(GpuSampler(work / "gpu.csv"))
+            wall, summary = flwr_run_once(config, federation, work, **env)
+            per_node = cluster.actor_cpu_seconds() if args.nodes > 1 else {}
         rows = [
             json.loads(x)
             for x in (work / "out" / "bench" / "metrics.jsonl").read_text().splitlines()
@@ -134,21 +168,24 @@ def main() -> None:
         "gpu_utilisation_mean": statistics.fmean(u for u, _ in samples) if samples else None,
         "gpu_utilisation_max": max((u for u, _ in samples), default=None),
         "gpu_memory_max_mib": max((m for _, m in samples), default=None),
+        "ray_nodes": args.nodes,
+        "client_cpu_seconds_per_node": per_node,
     }
     print(
-        "| rounds | clients/round | s/round (median, no validation) | GPU util mean / max | "
-        "GPU memory max |"
+        "| Ray nodes | rounds | clients/round | s/round (median, no validation) | "
+        "GPU util mean / max | GPU memory max | ClientApp CPU s per node |"
     )
-    print("|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---|")
     util = (
         f"{result['gpu_utilisation_mean']:.0f} % / {result['gpu_utilisation_max']:.0f} %"
         if samples
         else "no GPU"
     )
     memory = f"{result['gpu_memory_max_mib']:.0f} MiB" if samples else "-"
+    nodes = ", ".join(f"{seconds:.0f}" for seconds in per_node.values()) or "-"
     print(
-        f"| {args.rounds} | {args.clients} | {result['seconds_per_round_median']:.1f} | {util} "
-        f"| {memory} |"
+        f"| {args.nodes} | {args.rounds} | {args.clients} | "
+        f"{result['seconds_per_round_median']:.1f} | {util} | {memory} | {nodes} |"
     )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

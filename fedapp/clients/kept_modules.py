@@ -17,23 +17,28 @@ from collections import OrderedDict
 from fedapp.models.arch import Arch, SupernetConfig
 from fedapp.models.elastic_resnet import ElasticResNet
 
-#: Networks kept per process (least recently used dropped first): the quickstart's 20 clients
-#: route at most a dozen distinct envelopes; each kept network is its parameters only.
-CAPACITY = 16
+#: Parameters kept per process, in all kept networks together (least recently used dropped
+#: first): 20M float32 values are 80 MB, room for every envelope of the quickstart's 20 clients
+#: (at most 1.3M parameters each) and for a few of a CIFAR client's routed slices.
+CAPACITY_PARAMS = 20_000_000
 
 _kept: OrderedDict[tuple[SupernetConfig, Arch], ElasticResNet] = OrderedDict()
 
 
+def _params(model: ElasticResNet) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
 def elastic_network(config: SupernetConfig, bounds: Arch) -> ElasticResNet:
     """An ElasticResNet sized for ``bounds``, reused if this process built one before; the
-    caller loads a complete state into it. Its gradients of the previous use are dropped."""
+    caller loads a complete state into it. Gradients of earlier messages are dropped."""
     key = (config, bounds)
     model = _kept.pop(key, None)
     if model is None:
         model = ElasticResNet(config, bounds)
-    else:
-        model.zero_grad(set_to_none=True)
+    for kept in (*_kept.values(), model):
+        kept.zero_grad(set_to_none=True)
     _kept[key] = model
-    while len(_kept) > CAPACITY:
+    while len(_kept) > 1 and sum(_params(m) for m in _kept.values()) > CAPACITY_PARAMS:
         _kept.popitem(last=False)
     return model
