@@ -1,0 +1,144 @@
+"""How the quickstart's work depends on the CPU: kernel instruction sets, and torch threads when
+the cores are busy.
+
+(a) One round of the quickstart's local training (round 1's five clients, one local epoch each,
+through the real ClientApp in this process, one torch thread as in a 1-CPU Ray actor) with
+torch's CPU kernels limited to an instruction set (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA): a
+CPU or a VM's CPU model without AVX-512 or without AVX runs these kernels.
+(b) One validation of the quickstart (5 anchors: BN recalibration and the 400 validation images,
+what the ServerApp does every 5 rounds) with 1 and with 2 torch threads.
+Settings alternate within each repetition, so every ratio is measured side by side; each
+setting runs in a fresh process (the limits are read when torch loads).
+
+    python benchmarks/cpu_sensitivity.py [--reps 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ISA_LIMITS = {
+    "AVX-512 (this CPU's own)": {},
+    "AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "SSE4.1 (no AVX)": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def local_training_seconds() -> float:
+    """Round 1's five clients, one local epoch each, one thread: seconds of ClientApp train."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from flwr.common.serde import message_from_proto, message_to_proto
+    from local_grid import local_federation, preset_overrides, run_config
+
+    from fedapp.client_app import app as client_app
+
+    torch.set_num_threads(1)
+    fed = local_federation(run_config(**(preset_overrides("quickstart") | {"local_epochs": 1})), 20)
+    messages = fed.strategy.configure_round(1, fed.strategy.initial_state(), fed.grid)
+    seconds = 0.0
+    for message in messages:
+        message.metadata.__dict__["_message_id"] = "m"
+        delivered = message_from_proto(message_to_proto(message))
+        start = time.perf_counter()
+        client_app(delivered, fed.grid.contexts[message.metadata.dst_node_id])
+        seconds += time.perf_counter() - start
+    return seconds
+
+
+def validation_seconds(threads: int) -> float:
+    """The quickstart's validation of its 5 anchors on its initial supernet."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from local_grid import preset_overrides, run_config
+
+    from fedapp.config import parse_run_config
+    from fedapp.evaluation.operating_points import PointEvaluator
+    from fedapp.feast_space import model_space
+    from fedapp.federated_data import population, server_set
+    from fedapp.models.elastic_resnet import ElasticResNet
+
+    torch.set_num_threads(threads)
+    cfg = parse_run_config(run_config(**preset_overrides("quickstart")))
+    info = population(cfg).info
+    space = model_space(cfg, info)
+    model = ElasticResNet(space.config, seed=cfg.seed)
+    state = {k: v.numpy() for k, v in model.state_dict().items()}
+    evaluator = PointEvaluator.for_run(cfg, info)
+    validation = server_set(cfg, "validation")
+    anchors = space.anchors(cfg.anchor_variants)
+    start = time.perf_counter()
+    evaluator.variants(space, state, anchors, validation)
+    return time.perf_counter() - start
+
+
+def measure(kind: str, env: dict[str, str], arg: str = "") -> tuple[float, float]:
+    """Run one measurement in a fresh process; (seconds, load average at its start)."""
+    load = _load()
+    result = subprocess.run(
+        [sys.executable, __file__, "--child", kind, arg],
+        env=os.environ | env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])["seconds"], load
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, arg = args.child
+        seconds = local_training_seconds() if kind == "train" else validation_seconds(int(arg))
+        print(json.dumps({"seconds": seconds}))
+        return
+    training: dict[str, list[float]] = {name: [] for name in ISA_LIMITS}
+    validation: dict[int, list[float]] = {1: [], 2: []}
+    loads: list[float] = []
+    for _ in range(args.reps):
+        for name, env in ISA_LIMITS.items():
+            seconds, load = measure("train", env)
+            training[name].append(seconds)
+            loads.append(load)
+        for threads in validation:
+            seconds, load = measure("validate", {}, str(threads))
+            validation[threads].append(seconds)
+            loads.append(load)
+    base = statistics.median(training["AVX-512 (this CPU's own)"])
+    print("| torch / oneDNN kernels | local training of one round (s, median) | x AVX-512 |")
+    print("|---|---:|---:|")
+    for name, values in training.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median:.2f} | {median / base:.2f} |")
+    one = statistics.median(validation[1])
+    print("\n| ServerApp torch threads | validation of 5 anchors (s, median) | x 1 thread |")
+    print("|---:|---:|---:|")
+    for threads, values in validation.items():
+        median = statistics.median(values)
+        print(f"| {threads} | {median:.2f} | {median / one:.2f} |")
+    print(
+        f"\n{os.cpu_count()} cores; 1-minute load average at the measurements' starts: "
+        f"{min(loads):.1f}-{max(loads):.1f}; {args.reps} repetitions, settings alternating"
+    )
+
+
+if __name__ == "__main__":
+    main()
