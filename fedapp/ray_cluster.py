@@ -28,6 +28,8 @@ RAY = str(BIN_DIR / "ray")
 OBJECT_STORE_BYTES = 200 * 2**20
 #: Ray's process title of a Flower ClientApp actor (``ray::<class name>``).
 CLIENT_ACTOR_TITLE = "ray::ClientAppActor"
+#: Seconds a node's processes get to exit on SIGTERM before SIGKILL (they keep no state).
+STOP_GRACE = 3.0
 #: What ``ray start`` prints once its node runs.
 STARTED = "Ray runtime started"
 
@@ -176,7 +178,7 @@ class LocalRayCluster:
         """Stop every node by its PID (its whole process group) and remove the temp dir."""
         self._watching.set()
         for node in reversed(self.started):
-            stop(node.proc.pid, group=True)
+            stop(node.proc.pid, grace=STOP_GRACE, group=True)
             node.proc.wait(timeout=10)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
