@@ -2,7 +2,8 @@
 the cores are busy.
 
 (a) One round of the quickstart's local training (round 1's five clients, one local epoch each,
-through the real ClientApp in this process, one torch thread as in a 1-CPU Ray actor) with
+through the real ClientApp in this process, one torch thread as in a 1-CPU Ray actor, the
+better of two calls per client) with
 torch's CPU kernels limited to an instruction set (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA): a
 CPU or a VM's CPU model without AVX-512 or without AVX runs these kernels.
 (b) One validation of the quickstart (5 anchors: BN recalibration and the 400 validation images,
@@ -54,9 +55,12 @@ def local_training_seconds() -> float:
     for message in messages:
         message.metadata.__dict__["_message_id"] = "m"
         delivered = message_from_proto(message_to_proto(message))
-        start = time.perf_counter()
-        client_app(delivered, fed.grid.contexts[message.metadata.dst_node_id])
-        seconds += time.perf_counter() - start
+        runs = []
+        for _ in range(2):  # the better of two: the first also creates oneDNN's kernels
+            start = time.perf_counter()
+            client_app(delivered, fed.grid.contexts[message.metadata.dst_node_id])
+            runs.append(time.perf_counter() - start)
+        seconds += min(runs)
     return seconds
 
 
