@@ -16,7 +16,8 @@ from fedapp.client_app import app as client_app
 from fedapp.clients import kept_modules
 from fedapp.data.registry import load_dataset
 from fedapp.data.transforms import ImageDataset, eval_transform, train_transform
-from fedapp.messages import ARRAYS, from_record
+from fedapp.messages import ARRAYS
+from fedapp.records import from_record
 
 
 def _delivered(message: Message) -> Message:
