@@ -199,6 +199,8 @@ def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
     rounds = comm.get("client_rounds") or 0
     traffic = (comm.get("bytes_down_total") or 0.0) + (comm.get("bytes_up_total") or 0.0)
     variants = summary.get("variants", [])
+    # Points no client trained directly say nothing about what the method reaches at that cost.
+    trained = [v for v in variants if v.get("trained", True)]
     compute = _optional(summary, "compute_proxy_total_macs")
     return {
         "method": strategy,
@@ -206,7 +208,8 @@ def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
         "test_loss": summary.get("test_loss"),
         "population_accuracy": summary.get("population_accuracy"),
         "operating_points": len(variants),
-        "min_macs": min((v["macs"] for v in variants), default=None),
+        "trained_points": len(trained),
+        "min_macs": min((v["macs"] for v in trained), default=None),
         "max_macs": max((v["macs"] for v in variants), default=None),
         "payload_mb_per_client_round": traffic / rounds / 2**20 if rounds else None,
         "params_per_client_round": comm.get("mean_params_per_client_round"),
@@ -281,7 +284,11 @@ def write_outputs(
         raise ConfigError(f"no run of comparison {comparison.name!r} produced a summary")
     write_csv(out_dir / TABLE_FILE, rows)
     points = [
-        {"method": s, **{k: v[k] for k in ("index", "macs", "params", "accuracy")}}
+        {
+            "method": s,
+            **{k: v[k] for k in ("index", "macs", "params", "accuracy")},
+            "trained": v.get("trained", True),
+        }
         for s in summaries
         for v in summaries[s].get("variants", [])
     ]

@@ -29,7 +29,15 @@ LR_SCHEDULES = ("constant", "cosine")
 #: FEAST's training rule and its ablations (paper Table 6): which variants train per mini-batch.
 TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
 #: SuperFedNAS/DeepFedNAS transfers: draw subnets from the whole space or the affordable set.
-SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained")
+#: ``feast-transfer``: the FEAST authors' SuperFedNAS transfer (global min, best-of-20 max).
+SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained", "feast-transfer")
+#: FIARSE: what a budget's fraction counts, and where the top-k ranks (fedapp.models.masks).
+FIARSE_BUDGETS = ("macs", "params")
+FIARSE_TOPK = ("global", "layerwise")
+#: HeteroFL: widths by budget, or the authors' fixed equal proportions.
+HETEROFL_ASSIGNMENTS = ("budget", "proportion")
+#: ScaleFL self-distillation: the authors' code, or the FEAST authors' port.
+SCALEFL_KD_FORMS = ("official", "feast")
 
 
 class ConfigError(ValueError):
@@ -86,9 +94,13 @@ class RunConfig:
     # weight-sharing baselines on the ResNet18 substrate: HeteroFL, ScaleFL, FIARSE
     substrate: str
     fiarse_grid_points: int
+    fiarse_budget: str
+    fiarse_topk: str
+    heterofl_assignment: str
     scalefl_exit_convs: int
     scalefl_kd_gamma: float
     scalefl_kd_temperature: float
+    scalefl_kd_form: str
     # SuperFedNAS / DeepFedNAS transfers on the FEAST supernet
     subnet_sampling: str
     maxnet_decay_fraction: float
@@ -204,6 +216,10 @@ _CHECKS: dict[str, Check] = {
     "variant_cache": _one_of(lambda: yaml_names(CACHES_DIR)),
     "substrate": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
     "fiarse_grid_points": _at_least(2),
+    "fiarse_budget": _one_of(FIARSE_BUDGETS),
+    "fiarse_topk": _one_of(FIARSE_TOPK),
+    "heterofl_assignment": _one_of(HETEROFL_ASSIGNMENTS),
+    "scalefl_kd_form": _one_of(SCALEFL_KD_FORMS),
     "scalefl_exit_convs": _at_least(0),
     "scalefl_kd_gamma": _at_least(0),
     "scalefl_kd_temperature": _positive(),
@@ -299,6 +315,12 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"'alignment-size' = {cfg.alignment_size} is larger than 'public-size' = "
             f"{cfg.public_size}: FedMD draws its alignment subsets from the public set, so "
             "allowed is 1 to public-size"
+        )
+    if cfg.subnet_sampling == "feast-transfer" and cfg.strategy == "deepfednas":
+        problems.append(
+            "'subnet-sampling' = 'feast-transfer' is the FEAST authors' SuperFedNAS sampler "
+            "(random architectures of the whole space); DeepFedNAS samples its cached path: "
+            "use 'budget-constrained' or 'unconstrained'"
         )
     if cfg.resume and not cfg.run_name:
         problems.append(

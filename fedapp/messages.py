@@ -37,8 +37,9 @@ WIDTH_KEY = "width"
 LABEL_MASK = "label-mask"
 #: ScaleFL: the depth/width level a client trains.
 LEVEL = "level"
-#: FIARSE: keep |w| >= the threshold; effective forward MACs per example of the client's mask.
-THRESHOLD = "mask-threshold"
+#: FIARSE: per masked tensor (in masked_names order) keep |w| >= its threshold; effective
+#: forward MACs per example of the client's mask.
+THRESHOLDS = "mask-thresholds"
 MASK_MACS = "mask-macs"
 #: FedDF: the prototype (architecture name) a client trains.
 PROTOTYPE = "prototype"

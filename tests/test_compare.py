@@ -21,6 +21,7 @@ from fedapp.compare import (
     TABLE_FILE,
     collect_summaries,
     load_comparison,
+    method_row,
     parse_assignment,
     write_outputs,
 )
@@ -133,3 +134,27 @@ def test_compare_command_with_flwr_run(tmp_path: Path) -> None:
         summary = json.loads((out / strategy / "run" / "summary.json").read_text())
         assert summary["rounds"] == 2
     assert "| feast |" in result.stdout
+
+
+def test_min_macs_counts_only_points_some_client_trained(tmp_path: Path) -> None:
+    summary = {
+        "test_accuracy": 0.9,
+        "variants": [
+            {"index": 0, "macs": 1e6, "params": 10, "accuracy": 0.1, "trained": False},
+            {"index": 1, "macs": 4e6, "params": 40, "accuracy": 0.8, "trained": True},
+            {"index": 2, "macs": 9e6, "params": 90, "accuracy": 0.9, "trained": True},
+        ],
+    }
+    row = method_row("heterofl", summary)
+    assert row["operating_points"] == 3 and row["trained_points"] == 2
+    assert row["min_macs"] == 4e6 and row["max_macs"] == 9e6
+    # summaries written before `trained` existed: every point counts
+    older = {
+        "test_accuracy": 0.9,
+        "variants": [{k: x for k, x in v.items() if k != "trained"} for v in summary["variants"]],
+    }
+    assert method_row("heterofl", older)["min_macs"] == 1e6
+    comparison = load_comparison("smoke-digits")
+    write_outputs(tmp_path, comparison, {"feast": summary})
+    points = list(csv.DictReader((tmp_path / POINTS_FILE).open()))
+    assert [p["trained"] for p in points] == ["False", "True", "True"]

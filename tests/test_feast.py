@@ -175,6 +175,15 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
     for key in ("population_accuracy", "variants", "comm", "compute_proxy_total_macs", "exposure"):
         assert key in summary
     assert {"macs", "params", "accuracy"} <= set(summary["variants"][0])
+    # trained: the minimum, each client's maximum and (rule full) its intermediates
+    plans = [
+        plan_for(strategy.space.cache, r.affordable, cfg.training_rule) for r in routes.values()
+    ]
+    variants = strategy.space.cache.variants
+    trained = {variants.index(v) for plan in plans for v in plan.trained}
+    assert [v["trained"] for v in summary["variants"]] == [
+        i in trained for i in range(len(variants))
+    ]
     for key in (
         "mean_params_per_client_round",
         "aggregate_reduction",

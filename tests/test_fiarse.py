@@ -4,20 +4,24 @@ aggregation, and a two-round federation on real digits."""
 from __future__ import annotations
 
 import json
+import tomllib
 
 import numpy as np
 import pytest
 import torch
-from local_grid import local_federation, run_config
+from local_grid import APP_DIR, local_federation, run_config
 from torch import nn
 from torch.func import functional_call
 
+from fedapp.compare import load_comparison
 from fedapp.config import ConfigError, parse_run_config
-from fedapp.federated_data import population
+from fedapp.data.registry import DatasetInfo
+from fedapp.federated_data import client_budgets, population
 from fedapp.models.counter import count
 from fedapp.models.masks import (
     MaskFamily,
     apply_mask,
+    classifier_names,
     full_model,
     mac_fraction,
     masked_names,
@@ -97,11 +101,12 @@ def test_kept_fraction_follows_the_budget_in_macs() -> None:
     state = {"a": rng.normal(size=400).astype(np.float32), "b": rng.normal(size=100)}
     family = MaskFamily.of(state, {"a": 3, "b": 1})
     for budget in (50, 300, 700, 1299, 5000):
-        t = family.threshold_for_budget(budget)
+        t = family.mask_for_budget(budget)["a"]
+        assert set(family.mask_for_budget(budget).values()) == {t}  # global: one threshold
         level = mac_fraction(budget, family.full_macs) * family.full_macs
         assert family.effective_macs(t) <= level
         # Keeping one more value (the next largest) would exceed the level (or nothing is left).
-        nxt = family.descending[family.descending < t]
+        nxt = family.by_macs.descending[family.by_macs.descending < t]
         if len(nxt):
             assert family.effective_macs(float(nxt[0])) > level
 
@@ -198,18 +203,19 @@ def test_two_round_federation_on_digits(tmp_path) -> None:
     family = strategy.family(initial)
     for m in messages:  # each node received the global model with its top-k kept, zeros elsewhere
         budget = nodes.profiles[m.metadata.dst_node_id].budget
-        threshold = float(m.content["config"]["mask-threshold"])
-        assert threshold == family.threshold_for_budget(budget)
-        assert family.effective_macs(threshold) <= budget
+        sent_thresholds = list(m.content["config"]["mask-thresholds"])
+        thresholds = family.mask_for_budget(budget)
+        assert sent_thresholds == [thresholds[n] for n in strategy.masked]
+        assert family.effective_macs(thresholds) <= budget
         sent = from_record(m.content["arrays"])
         for name in strategy.masked:
-            kept = np.abs(initial[name]) >= threshold
+            kept = np.abs(initial[name]) >= thresholds[name]
             np.testing.assert_array_equal(sent[name][kept], initial[name][kept])
             assert not sent[name][~kept].any()
     new, _ = strategy.aggregate_round(1, grid.send_and_receive(messages))
     assert strategy.report.accepted == 3
-    smallest = min(strategy._thresholds.values())
     for name in strategy.masked:  # values no client kept were not changed by anyone
+        smallest = min(t[name] for t in strategy._thresholds.values())
         untouched = np.abs(initial[name]) < smallest
         np.testing.assert_array_equal(new[name][untouched], initial[name][untouched])
     budgets = {p.partition_id: p.budget for p in nodes.profiles.values()}
@@ -255,3 +261,138 @@ def test_masked_values_stay_bit_identical_through_sgd_with_momentum() -> None:
     assert torch.equal(after["conv.weight"][~kept], before["conv.weight"][~kept])
     assert not torch.equal(after["conv.weight"][kept], before["conv.weight"][kept])
     assert not torch.equal(after["bn.weight"], before["bn.weight"])  # BN trains unmasked
+
+
+# ---- conventions: what a budget's fraction counts, global or layer-wise top-k, the classifier ----
+def _fiarse_presets() -> list[tuple[str, dict]]:
+    """Every shipped run config that runs FIARSE: its preset, and the comparisons listing it."""
+    presets = []
+    for path in sorted((APP_DIR / "conf").glob("*.toml")):
+        values = tomllib.loads(path.read_text())
+        if values.get("strategy") == "fiarse":
+            presets.append((path.stem, values))
+    for name in ("weight-sharing-mnist5k", "weight-sharing-cifar100"):
+        comparison = load_comparison(name)
+        if "fiarse" in comparison.strategies:
+            presets.append((name, comparison.run_config("fiarse")))
+    return presets
+
+
+#: Channels, image size and classes of the presets' data sets (CIFAR-100 needs no download here).
+_SHAPES = {"mnist-5k": (1, 28, 10), "cifar100": (3, 32, 100)}
+
+
+def _pytorch_default_init(model: nn.Module) -> None:
+    """Every conv and linear layer back to PyTorch's own initialisation."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d | nn.Linear):
+            module.reset_parameters()
+
+
+@pytest.mark.parametrize("preset", _fiarse_presets(), ids=lambda p: p[0])
+def test_the_classifier_keeps_weights_at_the_smallest_budget_of_every_preset(preset) -> None:
+    name, values = preset
+    cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in values.items()}))
+    channels, size, classes = _SHAPES[cfg.dataset]
+    info = DatasetInfo(cfg.dataset, classes, channels, size, (0.0,), (1.0,), "none", True)
+    smallest = float(min(client_budgets(cfg)))
+    for init in ("fedapp", "pytorch-default"):
+        model = full_model(substrate_config(cfg, info), seed=cfg.seed)
+        if init == "pytorch-default":
+            torch.manual_seed(cfg.seed)
+            _pytorch_default_init(model)
+        state = {k: v.numpy() for k, v in model.state_dict().items()}
+        costs = value_costs(model, torch.zeros(1, channels, size, size))
+        head = classifier_names(model)
+        assert head == ["head.weight", "head.bias"]
+        for measure in ("macs", "params"):
+            for topk in ("global", "layerwise"):
+                family = MaskFamily.of(state, costs, measure=measure, topk=topk, classifier=head)
+                mask = family.mask_for_budget(smallest)
+                kept = family.kept_counts(mask)
+                fraction = mac_fraction(smallest, family.full_macs)
+                share = max(1, int(fraction * state["head.weight"].size))
+                assert kept["head.weight"] >= share, (name, init, measure, topk)
+                assert kept["head.bias"] >= 1, (name, init, measure, topk)
+                if measure == "macs":  # the floor comes out of the budget, never on top of it
+                    assert family.effective_macs(mask) <= fraction * family.full_macs
+
+
+def test_the_classifier_floor_leaves_a_mask_alone_where_the_head_survives() -> None:
+    state = {
+        "conv": np.linspace(0.01, 0.1, 20, dtype=np.float32),
+        "head.weight": np.float32([0.5, 0.4, 0.3, 0.2]),  # larger than every conv value
+        "head.bias": np.float32([0.6, -0.7]),
+    }
+    costs = {"conv": 1, "head.weight": 1, "head.bias": 0}
+    plain = MaskFamily.of(state, costs)
+    floored = MaskFamily.of(state, costs, classifier=["head.weight", "head.bias"])
+    assert floored.mask(0.5)["conv"] == plain.mask(0.5)["conv"]  # the authors' mask unchanged
+    # A small head would be masked away by the global ranking alone; the floor keeps its share.
+    state["head.weight"] = np.float32([0.001, 0.002, 0.003, 0.004])
+    state["head.bias"] = np.float32([0.0, 0.0])
+    plain = MaskFamily.of(state, costs)
+    floored = MaskFamily.of(state, costs, classifier=["head.weight", "head.bias"])
+    assert plain.kept_counts(plain.mask(0.5))["head.weight"] == 0
+    kept = floored.kept_counts(floored.mask(0.5))
+    assert kept["head.weight"] == 2 and kept["head.bias"] == 2  # zero biases tie: all kept
+    assert floored.effective_macs(floored.mask(0.5)) <= 0.5 * floored.full_macs
+    assert floored.kept_values(floored.mask(1.0)) == 26  # the full model keeps everything
+
+
+def test_params_budget_keeps_a_share_of_values_and_layerwise_ranks_per_group() -> None:
+    rng = np.random.default_rng(1)
+    state = {
+        "stem.conv.weight": rng.normal(size=100).astype(np.float32) * 10,  # large values
+        "stages.0.0.conv1.weight": rng.normal(size=300).astype(np.float32),
+        "head.weight": rng.normal(size=100).astype(np.float32) * 0.01,
+    }
+    costs = {"stem.conv.weight": 9, "stages.0.0.conv1.weight": 4, "head.weight": 1}
+    by_params = MaskFamily.of(state, costs, measure="params")
+    assert by_params.kept_values(by_params.mask(0.25)) == 125  # int(0.25 * 500) values
+    assert by_params.kept_fraction(by_params.mask(0.25)) == pytest.approx(0.25)
+    layerwise = MaskFamily.of(state, costs, measure="params", topk="layerwise")
+    kept = layerwise.kept_counts(layerwise.mask(0.25))
+    assert kept == {"stem.conv.weight": 25, "stages.0.0.conv1.weight": 75, "head.weight": 25}
+    by_macs = MaskFamily.of(state, costs, topk="layerwise")
+    kept = by_macs.kept_counts(by_macs.mask(0.25))
+    assert kept["stem.conv.weight"] * 9 <= 0.25 * 900 and kept["head.weight"] == 25
+    with pytest.raises(ConfigError, match=r"'fiarse-budget' = 'flops'"):
+        parse_run_config(run_config(fiarse_budget="flops"))
+    with pytest.raises(ConfigError, match=r"'fiarse-topk' = 'stage'"):
+        parse_run_config(run_config(fiarse_topk="stage"))
+
+
+def test_trained_marks_exactly_the_grid_points_of_client_fractions(tmp_path) -> None:
+    config = run_config(
+        **(
+            DIGITS_FIARSE
+            | {
+                "num_clients": 3,
+                "fraction_train": 1.0,
+                "num_server_rounds": 1,
+                "eval_every": 1,
+                "fiarse_grid_points": 4,
+                "fiarse_budget": "params",
+                "out_dir": str(tmp_path),
+                "run_name": "fiarse",
+            }
+        )
+    )
+    cfg, grid, nodes, strategy = local_federation(config, num_nodes=3)
+    summary = run_experiment(grid, cfg)
+    full = strategy.family(strategy.initial_state()).full_macs
+    trained_fractions = {
+        mac_fraction(nodes.profiles[m.metadata.dst_node_id].budget, full)
+        for m in grid.sent
+        if m.metadata.message_type == "train"
+    }
+    for point in summary["variants"]:
+        assert point["trained"] == any(
+            point["fraction"] == pytest.approx(f) for f in trained_fractions
+        )
+        assert 0 < point["kept_fraction"] <= 1 and point["effective_macs"] == point["macs"]
+    flags = [p["trained"] for p in summary["variants"]]
+    assert flags[0] and not all(flags)  # the smallest budget's point; interior points: nobody
+    header = (tmp_path / "fiarse" / "variants.csv").read_text().splitlines()[0].split(",")
+    assert {"trained", "fraction", "kept_fraction", "effective_macs"} <= set(header)

@@ -14,7 +14,7 @@ from local_grid import local_federation, run_config
 from torch import nn
 
 from fedapp.clients.heterofl import class_mask, masked_logits
-from fedapp.config import parse_run_config
+from fedapp.config import ConfigError, parse_run_config
 from fedapp.messages import LABEL_MASK, NUM_EXAMPLES, WIDTH_KEY
 from fedapp.models.arch import load_supernet
 from fedapp.models.slicing import leading_slice
@@ -156,7 +156,7 @@ def test_static_bn_keeps_no_statistics_and_normalises_by_the_batch() -> None:
 
 def test_two_round_federation_reports_every_width(tmp_path) -> None:
     overrides = DIGITS_HETEROFL | {
-        "budget_min": 1e4,  # budgets 1e4 (no width: left out, served 1/16), 0.49M, 0.80M, 2.1M
+        "budget_min": 1e4,  # budgets 1e4 (no width: left out), 0.49M, 0.80M, 2.1M
         "zipf_s": 3.0,
         "num_clients": 4,
         "fraction_train": 1.0,
@@ -184,11 +184,19 @@ def test_two_round_federation_reports_every_width(tmp_path) -> None:
 
     summary = run_experiment(grid, cfg)
     assert [v["index"] for v in summary["variants"]] == [0, 1, 2, 3, 4]
+    trained = {  # the widths some accepted client trained, from what the server sent
+        WIDTHS.index(m.content["config"][WIDTH_KEY])
+        for m in grid.sent
+        if m.metadata.message_type == "train"
+    }
+    assert [v["trained"] for v in summary["variants"]] == [i in trained for i in range(5)]
+    assert 0 not in trained and trained  # no budget in (1/16, 1/8): 1/16 is nobody's own model
     assert [v["macs"] for v in summary["variants"]] == [strategy.costs[r].macs for r in WIDTHS]
     assert summary["clients_left_out"] == len(left_out)
     assert sum(summary["clients_by_width"].values()) == 4 - len(left_out)
     served = {row["partition"]: row["variant"] for row in summary["population"]}
-    assert len(served) == 4 and all(served[p.partition_id] == 0 for p in left_out)
+    # a node that affords no width is served the narrowest trained one (minimum-tier fallback)
+    assert len(served) == 4 and all(served[p.partition_id] == min(trained) for p in left_out)
     assert 0 <= summary["population_accuracy"] <= 1 and summary["compute_proxy_total_macs"] > 0
     assert summary["comm"]["client_reduction_max"] >= summary["comm"]["client_reduction_mean"] >= 1
     files = {p.name for p in (tmp_path / "heterofl").iterdir()}
@@ -196,3 +204,28 @@ def test_two_round_federation_reports_every_width(tmp_path) -> None:
     assert (
         json.loads((tmp_path / "heterofl" / "summary.json").read_text())["strategy"] == "heterofl"
     )
+
+
+def test_proportion_assignment_trains_every_width(tmp_path) -> None:
+    overrides = DIGITS_HETEROFL | {
+        "heterofl_assignment": "proportion",
+        "num_clients": 5,
+        "fraction_train": 1.0,
+        "num_server_rounds": 1,
+        "eval_every": 1,
+        "out_dir": str(tmp_path),
+        "run_name": "heterofl",
+    }
+    cfg, grid, nodes, strategy = local_federation(run_config(**overrides), num_nodes=5)
+    widths = {p.partition_id: strategy.width_of(p) for p in nodes.profiles.values()}
+    assert sorted(widths.values()) == sorted(WIDTHS)  # one client per width (n // 5 = 1)
+    by_budget = sorted(nodes.profiles.values(), key=lambda p: -p.budget)
+    assert [widths[p.partition_id] for p in by_budget] == list(WIDTHS[::-1])  # widest: richest
+    summary = run_experiment(grid, cfg)
+    assert all(v["trained"] for v in summary["variants"])
+    assert summary["clients_by_width"] == {f"{r:g}": 1 for r in WIDTHS}
+    assert summary["clients_above_budget"] == sum(
+        strategy.costs[widths[p.partition_id]].macs > p.budget for p in nodes.profiles.values()
+    )
+    with pytest.raises(ConfigError, match=r"'heterofl-assignment' = 'random'"):
+        parse_run_config(run_config(heterofl_assignment="random"))

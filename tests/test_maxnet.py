@@ -141,6 +141,38 @@ def test_unconstrained_samplers_span_the_whole_space_or_path() -> None:
     assert draw() == draw()
 
 
+def test_feast_transfer_min_is_the_global_minimum_and_max_the_best_of_20() -> None:
+    cfg = _cfg(subnet_sampling="feast-transfer")
+    space = model_space(cfg, population(cfg).info)
+    sampler = SpaceSampler(space)
+    low = sampler.transfer(MIN, space.cache.min_macs, np.random.default_rng(0))
+    low_macs = count(space.config, low).macs
+    assert low == space.config.arch_from_genes(np.zeros(space.config.num_genes, dtype=np.int64))
+    assert low_macs < space.cache.min_macs  # below every cached variant: not a cache point
+    genes = np.random.default_rng(1).integers(
+        0, space.config.gene_high, (500, space.config.num_genes)
+    )
+    assert low_macs <= min(count(space.config, space.config.arch_from_genes(g)).macs for g in genes)
+    for budget in (space.cache.macs[len(space.cache) // 2], space.cache.macs[-1]):
+        rng_seed = [42, 3, 1]
+        best = sampler.transfer(MAX, budget, np.random.default_rng(rng_seed))
+        draws = np.random.default_rng(rng_seed).integers(
+            0, space.config.gene_high, size=(20, space.config.num_genes)
+        )
+        fitting = [
+            m
+            for m in (count(space.config, space.config.arch_from_genes(g)).macs for g in draws)
+            if m <= budget
+        ]
+        assert count(space.config, best).macs == max(fitting, default=low_macs) <= budget
+    # a budget no random draw fits: the global minimum
+    assert sampler.transfer(MAX, low_macs, np.random.default_rng(0)) == low
+    strategy = build_strategy(cfg, NodeRegistry())
+    assert strategy.weight_examples  # the transfer weights replies by their examples
+    with pytest.raises(ConfigError, match=r"DeepFedNAS samples its cached path"):
+        _cfg(strategy="deepfednas", subnet_sampling="feast-transfer")
+
+
 def test_subnet_sampling_is_checked() -> None:
     with pytest.raises(ConfigError, match=r"'subnet-sampling' = 'some'"):
         _cfg(subnet_sampling="some")
@@ -222,12 +254,17 @@ def test_two_round_federation_for_both_names(tmp_path, name) -> None:
     assert json.loads((run_dir / "summary.json").read_text())["strategy"] == name
     # every node's payload was exactly its assigned subnet, within its budget (budget-constrained)
     nodes = {n: grid.contexts[n].node_config["partition-id"] for n in grid.node_ids}
+    subnets = set()
     for message in grid.sent:
         if message.metadata.message_type != MessageType.TRAIN:
             continue
         subnet = str(message.content["config"]["subnet"])
+        subnets.add(subnet)
         macs = count(space.config, space.config.validate(parse_arch(subnet))).macs
         assert macs <= client_budgets(cfg)[nodes[message.metadata.dst_node_id]]
+    # a cached variant is trained exactly when some client's subnet was that variant
+    cached = [str(v.arch) for v in space.cache.variants]
+    assert [v["trained"] for v in summary["variants"]] == [a in subnets for a in cached]
 
 
 def test_dropped_max_reply_leaves_a_plain_average_of_the_rest(tmp_path) -> None:

@@ -13,7 +13,7 @@ from local_grid import run_config, run_local
 from torch.utils.flop_counter import FlopCounterMode
 
 from fedapp.clients.scalefl import kd_active, self_distillation_loss
-from fedapp.config import parse_run_config
+from fedapp.config import ConfigError, parse_run_config
 from fedapp.messages import NUM_EXAMPLES
 from fedapp.models.arch import load_supernet
 from fedapp.models.early_exits import (
@@ -130,6 +130,29 @@ def test_the_teacher_is_not_detached_and_kd_starts_after_a_quarter() -> None:
         grads.append(teacher.grad.clone())
     assert not torch.allclose(grads[0], grads[1])  # distillation also moves the deepest exit
     assert [kd_active(r, 8) for r in (1, 2, 3)] == [False, False, True]
+
+
+def test_feast_form_is_batchmean_with_a_detached_teacher_from_round_one() -> None:
+    y = torch.tensor([0])
+    uniform = torch.zeros(1, 2)
+    student = torch.tensor([[math.log(3.0), 0.0]])
+    # batchmean sums the KL over the 2 classes: twice the official 'mean' here
+    kl = 0.5 * math.log(4 / 3)
+    feast = self_distillation_loss(
+        [student, uniform], y, y, 1.0, gamma=0.5, temperature=1.0, form="feast"
+    )
+    assert feast.item() == pytest.approx((math.log(4 / 3) + 0.5 * kl + 2 * math.log(2)) / 3)
+    grads = []
+    for gamma in (0.0, 1.0):
+        teacher = torch.tensor([[0.1, 0.4]], requires_grad=True)
+        self_distillation_loss(
+            [student, teacher], y, y, 1.0, gamma=gamma, temperature=3.0, form="feast"
+        ).backward()
+        grads.append(teacher.grad.clone())
+    torch.testing.assert_close(grads[0], grads[1])  # only the CE reaches the deepest exit
+    assert [kd_active(r, 8, "feast") for r in (1, 2, 3)] == [True, True, True]
+    with pytest.raises(ConfigError, match=r"'scalefl-kd-form' = 'batchmean'"):
+        parse_run_config(run_config(scalefl_kd_form="batchmean"))
 
 
 def _strategy(budgets: list[float]):

@@ -1,7 +1,7 @@
 """FIARSE client (Wu et al., NeurIPS 2024): train the importance-aware sub-model, send its delta.
 
-The payload is the full-shape substrate with every masked value below the round's threshold set
-to zero; the threshold comes in the config. Each forward runs on ``w * 1[|w| >= t]`` with the
+The payload is the full-shape substrate with every masked value below its tensor's threshold set
+to zero; the thresholds come in the config. Each forward runs on ``w * 1[|w| >= t]`` with the
 threshold-controlled gradient (fedapp.models.masks), so masked values get exactly zero gradient
 and, with SGD without weight decay, stay bit-identical (a zero gradient leaves a zero momentum
 buffer). Momentum is the run's ``momentum``, shared with the other methods; the authors use plain
@@ -22,7 +22,7 @@ from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, CONFIG, MASK_MACS, METRICS, THRESHOLD
+from fedapp.messages import ARRAYS, CONFIG, MASK_MACS, METRICS, THRESHOLDS
 from fedapp.models.masks import full_model, masked_names, masked_parameters
 from fedapp.profiles import LocalNode
 from fedapp.records import load_into, to_record
@@ -36,16 +36,16 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     started = time.perf_counter()
     info = population(cfg).info
     config = message.content[CONFIG]
-    threshold = float(config[THRESHOLD])
     model = full_model(substrate_config(cfg, info))
     load_into(model, message.content[ARRAYS])
     start = {k: v.clone() for k, v in model.state_dict().items()}
     names = masked_names(model)
+    thresholds = dict(zip(names, (float(t) for t in config[THRESHOLDS]), strict=True))
     # No weight decay: it would move masked values, which must stay bit-identical.
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info, weight_decay=0.0)
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
-        logits = functional_call(model, masked_parameters(model, names, threshold), (x,))
+        logits = functional_call(model, masked_parameters(model, names, thresholds), (x,))
         return mixed_cross_entropy(logits, y_a, y_b, lam)
 
     stats = train_local_epochs(

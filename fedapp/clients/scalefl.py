@@ -6,6 +6,9 @@ weighs L and carries only its cross-entropy, and the sum is divided by L(L+1)/2.
 exit adds ``gamma * T^2 * KL(softmax(z_L / T) || softmax(z_j / T))`` averaged over batch and
 classes (``nn.KLDivLoss()``'s default 'mean'), with the teacher NOT detached, so the distillation
 gradient also reaches the deepest exit. Distillation switches on after a quarter of the rounds.
+``scalefl-kd-form = "feast"`` gives the FEAST authors' port instead: the KL summed over classes
+and averaged over the batch ('batchmean', i.e. ``num_classes`` times stronger), a detached
+teacher, and distillation from the first round.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from fedapp.training.train_metrics import train_metrics
 KD_START_FRACTION = 0.25
 
 
-def kd_active(server_round: int, num_rounds: int) -> bool:
-    return server_round > KD_START_FRACTION * num_rounds
+def kd_active(server_round: int, num_rounds: int, form: str = "official") -> bool:
+    """Whether distillation is on this round: from round 1 in the FEAST port, else after a
+    quarter of the rounds."""
+    return form == "feast" or server_round > KD_START_FRACTION * num_rounds
 
 
 def self_distillation_loss(
@@ -44,18 +49,22 @@ def self_distillation_loss(
     *,
     gamma: float,
     temperature: float,
+    form: str = "official",
 ) -> torch.Tensor:
-    """ScaleFL's local loss over a level's exits (shallow to deep) on a (possibly mixed) batch."""
+    """ScaleFL's local loss over a level's exits (shallow to deep) on a (possibly mixed) batch;
+    ``form`` = "official" (mean KL, teacher not detached) or "feast" (batchmean, detached)."""
     depth = len(outputs)
     teacher = outputs[-1]
     total = depth * mixed_cross_entropy(teacher, y_a, y_b, lam)
     if gamma:
-        teacher_log_p = F.log_softmax(teacher / temperature, dim=1)
+        source = teacher.detach() if form == "feast" else teacher
+        teacher_log_p = F.log_softmax(source / temperature, dim=1)
     for j, logits in enumerate(outputs[:-1], start=1):
         term = mixed_cross_entropy(logits, y_a, y_b, lam)
         if gamma:
             student_log_p = F.log_softmax(logits / temperature, dim=1)
-            kl = (teacher_log_p.exp() * (teacher_log_p - student_log_p)).mean()
+            pointwise = teacher_log_p.exp() * (teacher_log_p - student_log_p)
+            kl = pointwise.sum(dim=1).mean() if form == "feast" else pointwise.mean()
             term = term + gamma * temperature**2 * kl
         total = total + j * term
     return total / (depth * (depth + 1) / 2)
@@ -72,12 +81,15 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     load_into(model, message.content[ARRAYS])
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
     server_round = int(config[SERVER_ROUND])
-    gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds) else 0.0
+    form = cfg.scalefl_kd_form
+    gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds, form) else 0.0
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         outputs = model.exit_logits(x)
         temperature = cfg.scalefl_kd_temperature
-        return self_distillation_loss(outputs, y_a, y_b, lam, gamma=gamma, temperature=temperature)
+        return self_distillation_loss(
+            outputs, y_a, y_b, lam, gamma=gamma, temperature=temperature, form=form
+        )
 
     stats = train_local_epochs(model, loader, optimizer, backward(loss_of), cfg, generator)
     level_macs = level_costs(substrate, cfg.scalefl_exit_convs)[level].macs

@@ -11,7 +11,7 @@ the same files and summary keys for all of them, so ``fedapp compare`` reads one
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,18 +172,26 @@ def population_accuracy(
     return float(np.mean([c["accuracy"] for c in clients])), clients
 
 
+#: Keys of every operating point in summary.json (a method may add its own after them).
+POINT_KEYS = ("index", "macs", "params", "accuracy", "loss", "trained")
+
+
 def operating_point_report(
     run_dir: Path,
     title: str,
     variants: Sequence[dict[str, Any]],
     served: Mapping[int, int],
     budgets: Mapping[int, float],
+    trained: Collection[int],
 ) -> dict[str, Any]:
     """The summary keys every weight-shared method reports, and its CSV files and plot.
 
     ``variants`` are :func:`evaluate_points` rows sorted by MACs (the last is the largest, what a
-    single-model deployment would serve); ``served`` maps partition id -> the index served.
+    single-model deployment would serve), possibly with method-specific keys; ``served`` maps
+    partition id -> the index served; ``trained`` holds the indices some client of the run
+    trained directly (each row gets ``trained``; the plot draws the others hollow).
     """
+    variants = [{**v, "trained": v["index"] in trained} for v in variants]
     pop_accuracy, clients = population_accuracy(served, budgets, variants)
     write_csv(run_dir / VARIANTS_FILE, variants)
     write_csv(run_dir / POPULATION_FILE, clients)
@@ -193,7 +201,8 @@ def operating_point_report(
         "test_loss": variants[-1]["loss"],
         "population_accuracy": pop_accuracy,
         "variants": [
-            {k: v[k] for k in ("index", "macs", "params", "accuracy", "loss")} for v in variants
+            {k: v[k] for k in POINT_KEYS} | {k: v[k] for k in v if k not in POINT_KEYS}
+            for v in variants
         ],
         "population": clients,
     }

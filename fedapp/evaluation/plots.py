@@ -52,23 +52,72 @@ def plot_rounds(path: Path, rows: Sequence[Mapping[str, Any]], key: str, title: 
     )
 
 
+def _trained(point: Mapping[str, Any]) -> bool:
+    """Whether some client trained the point directly (rows without the key: yes)."""
+    return bool(point.get("trained", True))
+
+
+HOLLOW_LABEL = "hollow: no client trained it"
+
+
+def _points(ax: Any, points: Sequence[Mapping[str, Any]], label: str, markersize: float) -> bool:
+    """A method's operating points as one line; trained points filled, untrained ones hollow
+    (returns whether there were any)."""
+    points = sorted(points, key=lambda v: v["macs"])
+    x = [v["macs"] / 1e6 for v in points]
+    y = [100 * v["accuracy"] for v in points]
+    (line,) = ax.plot(x, y, label=label)
+    for trained in (True, False):
+        chosen = [i for i, v in enumerate(points) if _trained(v) == trained]
+        if chosen:
+            ax.plot(
+                [x[i] for i in chosen],
+                [y[i] for i in chosen],
+                linestyle="none",
+                marker="o",
+                markersize=markersize,
+                color=line.get_color(),
+                markerfacecolor=line.get_color() if trained else "white",
+            )
+    return any(not _trained(v) for v in points)
+
+
+def _hollow_legend(ax: Any) -> None:
+    ax.plot(
+        [],
+        [],
+        linestyle="none",
+        marker="o",
+        color="gray",
+        markerfacecolor="white",
+        label=HOLLOW_LABEL,
+    )
+
+
 def plot_accuracy_vs_macs(
     path: Path, variants: Sequence[Mapping[str, Any]], title: str, population: float | None = None
 ) -> Path:
-    """Test accuracy of every operating point against its MACs (and population accuracy)."""
-    reference = None
+    """Test accuracy of every operating point against its MACs (and population accuracy);
+    points no client trained directly are drawn hollow."""
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    if _points(ax, variants, "operating points", 6):
+        _hollow_legend(ax)
     if population is not None:
-        reference = (100 * population, f"population accuracy {100 * population:.2f}%")
-    return _line_plot(
-        path,
-        [v["macs"] / 1e6 for v in variants],
-        [100 * v["accuracy"] for v in variants],
-        xlabel="MACs (millions)",
-        ylabel="test accuracy (%)",
-        title=title,
-        label="operating points",
-        reference=reference,
-    )
+        ax.axhline(
+            100 * population,
+            color="gray",
+            linestyle="--",
+            label=f"population accuracy {100 * population:.2f}%",
+        )
+    ax.set_xlabel("MACs (millions)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def plot_methods_accuracy_vs_macs(
@@ -77,19 +126,16 @@ def plot_methods_accuracy_vs_macs(
     single: Mapping[str, float],
     title: str,
 ) -> Path:
-    """Every method's operating points (test accuracy against MACs) in one figure; methods
-    without operating points (one model per client) appear as horizontal reference lines."""
+    """Every method's operating points (test accuracy against MACs) in one figure, points no
+    client trained hollow; methods without operating points (one model per client) appear as
+    horizontal reference lines."""
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    hollow = False
     for name, variants in curves.items():
         if variants:
-            points = sorted(variants, key=lambda v: v["macs"])
-            ax.plot(
-                [v["macs"] / 1e6 for v in points],
-                [100 * v["accuracy"] for v in points],
-                marker="o",
-                markersize=3,
-                label=name,
-            )
+            hollow = _points(ax, variants, name, 4) or hollow
+    if hollow:
+        _hollow_legend(ax)
     for name, accuracy in single.items():
         ax.axhline(100 * accuracy, linestyle=":", linewidth=1, color="gray")
         ax.annotate(name, (0, 100 * accuracy), xycoords=("axes fraction", "data"), fontsize=7)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
@@ -86,6 +86,8 @@ class HeterogeneousStrategy(Strategy):
         self._left_out: set[int] = set()  # nodes already logged as unable to take part
         #: Each accepted client-round's metered resources (fedapp.clients.metering).
         self.resource_use: list[tuple[float, float]] = []  # (cpu percent, peak RSS MB)
+        #: Operating points some accepted client trained directly (keys of ``points_trained``).
+        self.trained_points: set[Hashable] = set()
 
     # ---- what a method defines -------------------------------------------------------------
     @abstractmethod
@@ -158,6 +160,11 @@ class HeterogeneousStrategy(Strategy):
     def payload_params(self, profile: NodeProfile, payload: State) -> int:
         """Parameters a node's payload carries, for the communication ledger."""
         return float_elements(payload)
+
+    def points_trained(self, profile: NodeProfile) -> Iterable[Hashable]:
+        """The operating points a node trained directly this round (called for each accepted
+        reply, before ``aggregate``); methods with operating points mark them ``trained``."""
+        return ()
 
     # ---- accounting --------------------------------------------------------------------------
     def _account(self, server_round: int, reply: ValidReply) -> None:
@@ -293,6 +300,7 @@ class HeterogeneousStrategy(Strategy):
         valid.sort(key=lambda r: self.nodes.profiles[r.node_id].partition_id)
         for reply in valid:
             self._account(server_round, reply)
+            self.trained_points.update(self.points_trained(self.nodes.profiles[reply.node_id]))
         return self.aggregate(server_round, valid, self._global), weighted_metrics(valid)
 
     # ---- evaluation of models that live on the clients ---------------------------------------

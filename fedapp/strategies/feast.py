@@ -47,6 +47,12 @@ class FeastStrategy(CachedSupernetStrategy):
             ROUTED: self.cfg.routing,
         }
 
+    def points_trained(self, profile: NodeProfile) -> list[int]:
+        """The cached variants of the node's plan: the minimum, its maximum, (rule full) the
+        intermediates it draws from."""
+        plan = plan_for(self.space.cache, self.route_of(profile).affordable, self.cfg.training_rule)
+        return [self.space.cache.variants.index(v) for v in plan.trained]
+
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         accumulator = SliceAccumulator(global_state)
         for reply in replies:

@@ -197,6 +197,10 @@ class FedDFStrategy(HeterogeneousStrategy):
         ]
         return self.points.rows(points, data)
 
+    def points_trained(self, profile: NodeProfile) -> list[int]:
+        """The node trained its own prototype."""
+        return [self.served.index(self.prototype_of(profile))]
+
     def _served_index(self) -> dict[int, int]:
         """Partition id -> index (in ``served``) of the prototype the client is served."""
         return {
@@ -234,6 +238,7 @@ class FedDFStrategy(HeterogeneousStrategy):
             rows,
             served=served,
             budgets={p.partition_id: p.budget for p in self.nodes.profiles.values()},
+            trained=self.trained_points,
         )
         if self.distillations:
             write_csv(run_dir / DISTILLATION_FILE, self.distillations)

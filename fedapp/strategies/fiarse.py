@@ -1,19 +1,23 @@
 """FIARSE (Wu et al., NeurIPS 2024): importance-aware sub-models by magnitude, on the substrate.
 
 Each round the server sorts the global model's conv/linear values by magnitude once; a sampled
-client's sub-model is the global top-k whose effective MACs fit ``min(budget, full MACs)``
-(fedapp.models.masks), i.e. one scalar threshold. The client receives the full-shape tensors with
-every value below its threshold zeroed (dense on the wire; the communication ledger counts the
-values it keeps plus the unmasked BN parameters) and answers with its delta. Aggregation is the
+client's sub-model keeps the fraction ``min(1, budget / full MACs)`` of the full model's effective
+MACs or of its values (``fiarse-budget``), ranked globally or per stage (``fiarse-topk``), and the
+classifier never loses all its weights (fedapp.models.masks). The client receives the full-shape
+tensors with every value below its tensor's threshold zeroed (dense on the wire; the
+communication ledger counts the values it keeps plus the unmasked BN parameters) and the
+thresholds, and answers with its delta. Aggregation is the
 authors' sparse delta average: each position moves by the mean delta over the clients whose delta
 there is non-zero (unweighted, global learning rate 1), and a position nobody changed keeps its
 value. The final report serves a dense grid of MAC levels from the smallest client budget to the
-full model: each point is the global model masked by its global top-k, with its own BN
-recalibration, and population accuracy serves each client the largest point it affords.
+full model: each point is the global model masked as a client of that budget would be, with its
+own BN recalibration, and population accuracy serves each client the largest point whose
+effective MACs it affords. A point is ``trained`` when its fraction is one some client trained.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from logging import INFO
 from pathlib import Path
@@ -32,8 +36,17 @@ from fedapp.evaluation.operating_points import (
     points_validation,
 )
 from fedapp.federated_data import population
-from fedapp.messages import MASK_MACS, THRESHOLD
-from fedapp.models.masks import MaskFamily, apply_mask, full_model, masked_names, value_costs
+from fedapp.messages import MASK_MACS, THRESHOLDS
+from fedapp.models.masks import (
+    MaskFamily,
+    Thresholds,
+    apply_mask,
+    classifier_names,
+    full_model,
+    mac_fraction,
+    masked_names,
+    value_costs,
+)
 from fedapp.models.slicing import is_averaged
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.records import load_state
@@ -79,24 +92,36 @@ class FiarseStrategy(HeterogeneousStrategy):
         self.points = point_evaluator(cfg, self.info)
         probe = full_model(self.config)
         size = self.info.image_size
-        self.masked = set(masked_names(probe))
+        self.masked = masked_names(probe)
+        self.classifier = classifier_names(probe)
         self.costs = value_costs(probe, torch.zeros(1, self.info.channels, size, size))
         self.full_params = sum(p.numel() for p in probe.parameters())
         self.unmasked_params = sum(
             p.numel() for n, p in probe.named_parameters() if n not in self.masked
         )
         self._family: tuple[State, MaskFamily] | None = None
-        self._thresholds: dict[int, float] = {}  # node id -> this round's threshold
+        self._thresholds: dict[int, Thresholds] = {}  # node id -> this round's mask
 
     def family(self, state: State) -> MaskFamily:
         """The masks of a global state (one sort per state, reused by every client)."""
         if self._family is None or self._family[0] is not state:
-            self._family = (state, MaskFamily.of(state, self.costs))
+            family = MaskFamily.of(
+                state,
+                self.costs,
+                measure=self.cfg.fiarse_budget,
+                topk=self.cfg.fiarse_topk,
+                classifier=self.classifier,
+            )
+            self._family = (state, family)
         return self._family[1]
 
-    def sent_params(self, family: MaskFamily, threshold: float) -> int:
+    def sent_params(self, family: MaskFamily, thresholds: Thresholds) -> int:
         """Parameters a masked model carries: its kept values and every BN parameter."""
-        return family.kept_values(threshold) + self.unmasked_params
+        return family.kept_values(thresholds) + self.unmasked_params
+
+    def fraction_of(self, profile: NodeProfile) -> float:
+        """The share of the full model a node's budget affords (MACs or values)."""
+        return mac_fraction(profile.budget, self.family(self._global).full_macs)
 
     # ---- one round ------------------------------------------------------------------------------
     def initial_state(self) -> State:
@@ -104,16 +129,20 @@ class FiarseStrategy(HeterogeneousStrategy):
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        threshold = self.family(global_state).threshold_for_budget(profile.budget)
-        self._thresholds[profile.node_id] = threshold
-        return apply_mask(global_state, self.masked, threshold)
+        thresholds = self.family(global_state).mask_for_budget(profile.budget)
+        self._thresholds[profile.node_id] = thresholds
+        return apply_mask(global_state, self.masked, thresholds)
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
-        threshold = self._thresholds[profile.node_id]
+        thresholds = self._thresholds[profile.node_id]
         return super().train_config(server_round, profile) | {
-            THRESHOLD: threshold,
-            MASK_MACS: self.family(self._global).effective_macs(threshold),
+            THRESHOLDS: [thresholds[n] for n in self.masked],
+            MASK_MACS: self.family(self._global).effective_macs(thresholds),
         }
+
+    def points_trained(self, profile: NodeProfile) -> list[float]:
+        """The node trained the mask of its own fraction."""
+        return [self.fraction_of(profile)]
 
     def reference_params(self, global_state: State) -> int:
         return self.full_params
@@ -125,28 +154,40 @@ class FiarseStrategy(HeterogeneousStrategy):
         return sparse_delta_average(global_state, [r.arrays for r in replies])
 
     # ---- evaluation ---------------------------------------------------------------------------
-    def grid(self, state: State) -> list[OperatingPoint]:
-        """The masked models at ``fiarse-grid-points`` MAC levels, smallest first."""
-        family = self.family(state)
+    def grid_fractions(self, state: State) -> list[float]:
+        """Fractions of the ``fiarse-grid-points`` MAC levels, smallest first."""
+        full = self.family(state).full_macs
         budgets = [p.budget for p in self.nodes.profiles.values()] or [self.cfg.budget_min]
+        levels = mac_levels(min(budgets), full, self.cfg.fiarse_grid_points)
+        return [mac_fraction(level, full) for level in levels]
+
+    def grid(self, state: State) -> list[OperatingPoint]:
+        """The masked models at the grid's fractions, smallest first."""
+        family = self.family(state)
         points = []
-        for index, level in enumerate(
-            mac_levels(min(budgets), family.full_macs, self.cfg.fiarse_grid_points)
-        ):
-            threshold = family.threshold(level)
+        for index, fraction in enumerate(self.grid_fractions(state)):
+            thresholds = family.mask(fraction)
             points.append(
                 OperatingPoint(
                     index,
-                    family.effective_macs(threshold),
-                    self.sent_params(family, threshold),
-                    lambda t=threshold: self._masked_model(state, t),
+                    family.effective_macs(thresholds),
+                    self.sent_params(family, thresholds),
+                    lambda t=thresholds: self._masked_model(state, t),
                 )
             )
         return points
 
-    def _masked_model(self, state: State, threshold: float) -> torch.nn.Module:
+    def trained_grid_points(self, state: State) -> set[int]:
+        """Grid indices whose fraction some client trained (its budget's, capped at 1)."""
+        return {
+            index
+            for index, fraction in enumerate(self.grid_fractions(state))
+            if any(math.isclose(fraction, f, rel_tol=1e-9) for f in self.trained_points)
+        }
+
+    def _masked_model(self, state: State, thresholds: Thresholds) -> torch.nn.Module:
         model = full_model(self.config)
-        load_state(model, apply_mask(state, self.masked, threshold))
+        load_state(model, apply_mask(state, self.masked, thresholds))
         return model
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
@@ -161,7 +202,17 @@ class FiarseStrategy(HeterogeneousStrategy):
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         points = self.grid(state)
-        rows = self.points.rows(points, data)
+        family = self.family(state)
+        fractions = self.grid_fractions(state)
+        rows = [
+            row
+            | {
+                "fraction": fraction,
+                "kept_fraction": family.kept_fraction(family.mask(fraction)),
+                "effective_macs": row["macs"],
+            }
+            for row, fraction in zip(self.points.rows(points, data), fractions, strict=True)
+        ]
         profiles = list(self.nodes.profiles.values())
         served = {
             p.partition_id: max(
@@ -169,34 +220,48 @@ class FiarseStrategy(HeterogeneousStrategy):
             )
             for p in profiles
         }
-        family = self.family(state)
         report = operating_point_report(
             run_dir,
             f"FIARSE on {self.cfg.dataset}",
             rows,
             served=served,
             budgets={p.partition_id: p.budget for p in profiles},
+            trained=self.trained_grid_points(state),
         )
         params_by_client = {
-            p.partition_id: self.sent_params(family, family.threshold_for_budget(p.budget))
+            p.partition_id: self.sent_params(family, family.mask_for_budget(p.budget))
             for p in profiles
         }
-        summary = report | self.accounting_summary(run_dir, params_by_client)
+        summary = (
+            report
+            | self.accounting_summary(run_dir, params_by_client)
+            | {"fiarse_budget": self.cfg.fiarse_budget, "fiarse_topk": self.cfg.fiarse_topk}
+        )
         log_points(summary)
         return summary
 
 
 def log_points(summary: dict[str, Any]) -> None:
     """The grid and the population accuracy on the console."""
-    log(INFO, "FIARSE masked models (test accuracy after per-point BN recalibration):")
+    log(
+        INFO,
+        "FIARSE masked models, budget as %s, %s top-k (test accuracy after per-point BN "
+        "recalibration):",
+        summary["fiarse_budget"],
+        summary["fiarse_topk"],
+    )
     for v in summary["variants"]:
         log(
             INFO,
-            "\tpoint %2d | %8.2fM effective MACs | %7.3fM params | %.2f%%",
+            "\tpoint %2d | fraction %.4f | kept %.4f of values | %8.2fM effective MACs | "
+            "%7.3fM params | %.2f%%%s",
             v["index"],
+            v["fraction"],
+            v["kept_fraction"],
             v["macs"] / 1e6,
             v["params"] / 1e6,
             100 * v["accuracy"],
+            "" if v["trained"] else " (no client trained it)",
         )
     log(
         INFO,

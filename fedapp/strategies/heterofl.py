@@ -1,15 +1,18 @@
 """HeteroFL (Diao et al., ICLR 2021), server side, on the ResNet18 substrate.
 
-Each client trains the widest of the widths {1/16, 1/8, 1/4, 1/2, 1} whose MACs fit its budget;
-it receives the leading ("top-left") slices of the global weights at that width, with every
-class row of the classifier. Replies are averaged position by position with equal weight per
-client (no sample weighting), and each client's classifier rows count only for the classes it
-holds. The global model keeps no BN statistics; before testing, each width gets them from the
-server's calibration set (HeteroFL's sBN "stats" pass).
+Each client trains one of the widths {1/16, 1/8, 1/4, 1/2, 1}: by default the widest whose MACs
+fit its budget; with ``heterofl-assignment = "proportion"`` the authors' fixed equal proportions
+(``a1-b1-c1-d1-e1``, ``fix`` split), so every width is trained. It receives the leading
+("top-left") slices of the global weights at that width, with every class row of the
+classifier. Replies are averaged position by position with equal weight per client (no sample
+weighting), and each client's classifier rows count only for the classes it holds. The global
+model keeps no BN statistics; before testing, each width gets them from the server's
+calibration set (HeteroFL's sBN "stats" pass).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import partial
 from logging import INFO
 from pathlib import Path
@@ -64,13 +67,19 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         return {k: s for k, s in shapes.items() if not k.endswith(_BN_BUFFERS)}
 
     # ---- budgets ------------------------------------------------------------------------------
-    def width_of(self, profile: NodeProfile) -> float | None:
+    def affordable_width(self, profile: NodeProfile) -> float | None:
         """The widest width whose MACs fit the node's budget (None: not even the narrowest)."""
         affordable = [rate for rate in WIDTHS if self.costs[rate].macs <= profile.budget]
         return affordable[-1] if affordable else None
 
+    def width_of(self, profile: NodeProfile) -> float | None:
+        """The width a node trains (None: it cannot take part)."""
+        if self.cfg.heterofl_assignment == "proportion":
+            return proportion_widths(self.nodes.profiles.values())[profile.partition_id]
+        return self.affordable_width(profile)
+
     def ineligibility(self, profile: NodeProfile) -> str | None:
-        """A node that cannot afford the narrowest width cannot take part."""
+        """A node that cannot afford the narrowest width cannot take part (budget assignment)."""
         if self.width_of(profile) is not None:
             return None
         return (
@@ -78,8 +87,8 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             f"({self.costs[WIDTHS[0]].macs} MACs)"
         )
 
-    def trained_widths(self) -> dict[int, float]:
-        """Partition id -> width of every profiled node that can take part."""
+    def assigned_widths(self) -> dict[int, float]:
+        """Partition id -> width of each profiled node that can take part."""
         widths = {p.partition_id: self.width_of(p) for p in self.nodes.profiles.values()}
         return {pid: rate for pid, rate in widths.items() if rate is not None}
 
@@ -94,6 +103,9 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {WIDTH_KEY: self.width_of(profile)}
+
+    def points_trained(self, profile: NodeProfile) -> list[int]:
+        return [WIDTHS.index(self.width_of(profile))]
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         return super().expected_reply(profile, payload) | {
@@ -139,26 +151,42 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self.width_rows(state, WIDTHS, data)
-        trained = self.trained_widths()
+        assigned = self.assigned_widths()
         budgets = {p.partition_id: p.budget for p in self.nodes.profiles.values()}
+        affordable = {
+            p.partition_id: self.affordable_width(p) for p in self.nodes.profiles.values()
+        }
+        # Served: the widest affordable width; a node that affords none gets the narrowest
+        # width some client trained (FEAST §6's minimum-tier fallback).
+        fallback = WIDTHS[min(self.trained_points, default=0)]
         summary = (
             operating_point_report(
                 run_dir,
                 f"HeteroFL on {self.cfg.dataset}",
                 rows,
-                # a node that affords no width is served the narrowest (FEAST §6)
-                served={pid: WIDTHS.index(trained.get(pid, WIDTHS[0])) for pid in budgets},
+                served={
+                    pid: WIDTHS.index(rate if rate is not None else fallback)
+                    for pid, rate in affordable.items()
+                },
                 budgets=budgets,
+                trained=self.trained_points,
             )
             | self.accounting_summary(
-                run_dir, {pid: self.costs[rate].params for pid, rate in trained.items()}
+                run_dir, {pid: self.costs[rate].params for pid, rate in assigned.items()}
             )
             | {
                 "widths": list(WIDTHS),
+                "heterofl_assignment": self.cfg.heterofl_assignment,
                 "clients_by_width": {
-                    f"{rate:g}": sum(1 for r in trained.values() if r == rate) for rate in WIDTHS
+                    f"{rate:g}": sum(1 for r in assigned.values() if r == rate) for rate in WIDTHS
                 },
-                "clients_left_out": len(budgets) - len(trained),
+                "clients_left_out": len(budgets) - len(assigned),
+                "clients_above_budget": sum(
+                    1
+                    for p in self.nodes.profiles.values()
+                    if p.partition_id in assigned
+                    and self.costs[assigned[p.partition_id]].macs > p.budget
+                ),
             }
         )
         log(INFO, "HeteroFL widths (test accuracy after per-width BN statistics):")
@@ -174,7 +202,25 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             )
         log(
             INFO,
-            "population accuracy (largest affordable width): %.2f%%",
+            "population accuracy (largest affordable width): %.2f%%; %s assignment, %d clients "
+            "train a width above their budget",
             100 * summary["population_accuracy"],
+            summary["heterofl_assignment"],
+            summary["clients_above_budget"],
         )
         return summary
+
+
+def proportion_widths(profiles: Iterable[NodeProfile]) -> dict[int, float]:
+    """Partition id -> width under the authors' ``fix`` split with equal proportions
+    (``a1-b1-c1-d1-e1``): the rate list a, b, c, d, e (widest first) with ``n // 5`` clients
+    each, leftovers on the last rate, handed out in client order. The authors' order is the
+    user index (they have no budgets); here it is descending budget (ties: partition id), so
+    the widest widths go to the clients closest to affording them."""
+    order = sorted(profiles, key=lambda p: (-p.budget, p.partition_id))
+    per_rate = max(len(order) // len(WIDTHS), 1)
+    widest_first = WIDTHS[::-1]
+    return {
+        p.partition_id: widest_first[min(rank // per_rate, len(WIDTHS) - 1)]
+        for rank, p in enumerate(order)
+    }

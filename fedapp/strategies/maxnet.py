@@ -47,6 +47,9 @@ MAX, MIN, RANDOM = "max", "min", "random"
 #: Random architectures drawn at once when a budget-constrained SuperFedNAS client needs one
 #: within its budget; if none fits (tiny budgets), it draws from its affordable cached variants.
 REJECTION_DRAWS = 4096
+#: Random architectures the FEAST authors' SuperFedNAS transfer draws for a client's max subnet:
+#: the one with the most MACs within the budget is kept.
+TRANSFER_MAX_DRAWS = 20
 
 
 def maxnet_weight(t: int, decay_rounds: float) -> float:
@@ -157,6 +160,24 @@ class SpaceSampler(PathSampler):
             return self.config.arch_from_genes(np.zeros(self.config.num_genes, dtype=np.int64))
         return super().smallest(budget)
 
+    def transfer(self, role: str, budget: float, rng: np.random.Generator) -> Arch:
+        """The FEAST authors' transfer (``subnet-sampling = "feast-transfer"``): min is the
+        space's global minimum (every client's), max the best of 20 uniform random
+        architectures within the budget (the most MACs; none fits: the global minimum), random
+        as under ``budget-constrained``."""
+        if role == MIN:
+            return self.smallest(None)
+        if role == MAX:
+            genes = rng.integers(
+                0, self.config.gene_high, size=(TRANSFER_MAX_DRAWS, self.config.num_genes)
+            )
+            macs, _ = count_population(self.config, genes)
+            fits = np.flatnonzero(macs <= budget)
+            if not fits.size:
+                return self.smallest(None)
+            return self.config.arch_from_genes(genes[fits[np.argmax(macs[fits])]])
+        return self.random(budget, rng)
+
     def random(self, budget: float | None, rng: np.random.Generator) -> Arch:
         if budget is None:
             return self.config.arch_from_genes(rng.integers(0, self.config.gene_high))
@@ -182,6 +203,16 @@ class MaxNetStrategy(CachedSupernetStrategy):
         self.assigned: dict[int, Assignment] = {}
 
     @property
+    def weight_examples(self) -> bool:
+        """Whether MaxNet weights are multiplied by n_i / sum(n) (the FEAST transfer always)."""
+        return self.cfg.maxnet_weight_examples or self.cfg.subnet_sampling == "feast-transfer"
+
+    def points_trained(self, profile: NodeProfile) -> list[int]:
+        """The cached variant the node's subnet is, if it is one."""
+        arch = self.assigned[profile.partition_id].arch
+        return [i for i, v in enumerate(self.space.cache.variants) if v.arch == arch]
+
+    @property
     def decay_rounds(self) -> float:
         """S: rounds over which the MaxNet weight decays."""
         return self.cfg.maxnet_decay_fraction * self.cfg.num_server_rounds
@@ -198,9 +229,13 @@ class MaxNetStrategy(CachedSupernetStrategy):
 
     def assign(self, server_round: int, profile: NodeProfile, role: str) -> Assignment:
         """The subnet of a role; random draws seeded by (run seed, round, partition id)."""
-        budget = profile.budget if self.cfg.subnet_sampling == "budget-constrained" else None
         rng = np.random.default_rng([self.cfg.seed, server_round, profile.partition_id])
-        arch = self.space.config.validate(self.sampler.draw(role, budget, rng))
+        if self.cfg.subnet_sampling == "feast-transfer":
+            arch = self.sampler.transfer(role, profile.budget, rng)  # SpaceSampler (config check)
+        else:
+            budget = None if self.cfg.subnet_sampling == "unconstrained" else profile.budget
+            arch = self.sampler.draw(role, budget, rng)
+        arch = self.space.config.validate(arch)
         cost = count(self.space.config, arch)
         return Assignment(role, arch, cost.macs, cost.params)
 
@@ -225,7 +260,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
             [self.assigned[pid].role for pid in partitions],
             [r.num_examples for r in replies],
             maxnet_weight(server_round - 1, self.decay_rounds),
-            self.cfg.maxnet_weight_examples,
+            self.weight_examples,
         )
         accumulator = SliceAccumulator(global_state)
         for reply, weight in zip(replies, weights, strict=True):
@@ -239,6 +274,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
             | self.accounting_summary(run_dir)
             | {
                 "subnet_sampling": self.cfg.subnet_sampling,
+                "maxnet_weight_examples": self.weight_examples,
                 "maxnet_assignments": {str(k): v for k, v in sorted(self.tracker.largest.items())},
                 "minnet_assignments": {str(k): v for k, v in sorted(self.tracker.smallest.items())},
             }

@@ -95,6 +95,9 @@ class ScaleFLStrategy(HeterogeneousStrategy):
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {LEVEL: self.level_of(profile)}
 
+    def points_trained(self, profile: NodeProfile) -> list[int]:
+        return [self.level_of(profile)]
+
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         accumulator = SliceAccumulator(global_state)
         for reply in replies:
@@ -134,6 +137,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
             rows,
             served={p.partition_id: self.level_of(p) for p in profiles},
             budgets={p.partition_id: p.budget for p in profiles},
+            trained=self.trained_points,
         )
         params_by_client = {p.partition_id: self.costs[self.level_of(p)].params for p in profiles}
         summary = (
@@ -141,6 +145,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
             | self.accounting_summary(run_dir, params_by_client)
             | {
                 "clients_below_smallest_level": self.clients_below_smallest_level(),
+                "scalefl_kd_form": self.cfg.scalefl_kd_form,
                 "levels": [
                     {"level": i + 1, "blocks": lv.blocks, "width": lv.width}
                     for i, lv in enumerate(SCALEFL_LEVELS)

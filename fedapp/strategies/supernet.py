@@ -95,6 +95,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
             variants,
             served={pid: r.largest for pid, r in routes.items()},
             budgets={pid: r.budget for pid, r in routes.items()},
+            trained=self.trained_points,
         )
 
     def log_report(self, summary: dict[str, Any]) -> None:
@@ -107,11 +108,12 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         for v in summary["variants"]:
             log(
                 INFO,
-                "\tvariant %2d | %8.2fM MACs | %7.3fM params | %.2f%%",
+                "\tvariant %2d | %8.2fM MACs | %7.3fM params | %.2f%%%s",
                 v["index"],
                 v["macs"] / 1e6,
                 v["params"] / 1e6,
                 100 * v["accuracy"],
+                "" if v["trained"] else " (no client trained it)",
             )
         comm = summary["comm"]
         log(

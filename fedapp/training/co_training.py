@@ -48,6 +48,16 @@ class CoTrainingPlan:
             return 1
         return 3 if self.rule == "full" and self.intermediates else 2
 
+    @property
+    def trained(self) -> tuple[Variant, ...]:
+        """Every variant some mini-batch of this plan trains (the random one drawn among the
+        intermediates)."""
+        if self.rule == "min" or self.largest == self.smallest:
+            return (self.smallest,)
+        if self.rule == "max":
+            return (self.largest,)
+        return (self.smallest, self.largest, *(self.intermediates if self.rule == "full" else ()))
+
     def passes(self, generator: torch.Generator) -> list[Pass]:
         """This mini-batch's passes in order (the teacher first); draws the random one."""
         low, high = Pass(self.smallest, False), Pass(self.largest, False)
