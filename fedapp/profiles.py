@@ -25,8 +25,9 @@ from flwr.serverapp import Grid
 
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data.registry import ImageArrays
+from fedapp.exchange import exchange
 from fedapp.federated_data import client_budgets, client_shard
-from fedapp.messages import PROFILE
+from fedapp.messages import DATA_FACTS, PROFILE
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,15 @@ def node_budget(node_config: Mapping[str, Any], cfg: RunConfig, partition_id: in
 
 
 class NodeRegistry:
-    """Profiles of the nodes seen so far, keyed by Flower node id (server side)."""
+    """Profiles of the nodes seen so far, keyed by Flower node id (server side).
 
-    def __init__(self) -> None:
+    ``data_facts`` (fedapp.federated_data.data_facts), when given, go with every QUERY, so that a
+    node can answer without loading the run's data set for its facts.
+    """
+
+    def __init__(self, data_facts: Mapping[str, Any] | None = None) -> None:
         self.profiles: dict[int, NodeProfile] = {}
+        self.data_facts = dict(data_facts or {})
 
     def discover(self, grid: Grid, node_ids: Iterable[int], timeout: float) -> list[str]:
         """QUERY every node not yet profiled, record valid answers; return the nodes' errors."""
@@ -144,9 +150,10 @@ class NodeRegistry:
         if not unknown:
             return errors
         queries = [
-            Message(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY) for n in unknown
+            Message(self._query_content(), dst_node_id=n, message_type=MessageType.QUERY)
+            for n in unknown
         ]
-        for reply in grid.send_and_receive(queries, timeout=timeout):
+        for reply in exchange(grid, queries, timeout):
             node_id = reply.metadata.src_node_id
             if reply.has_error():
                 log(WARNING, "node %s failed the handshake: %s", node_id, reply.error.reason)
@@ -158,6 +165,11 @@ class NodeRegistry:
                 log(WARNING, "node %s sent a malformed profile (%s); ignored", node_id, err)
         log(INFO, "handshake: %d node(s) profiled", len(self.profiles))
         return errors
+
+    def _query_content(self) -> RecordDict:
+        if not self.data_facts:
+            return RecordDict({})
+        return RecordDict({DATA_FACTS: ConfigRecord(self.data_facts)})
 
     def wait_for(self, grid: Grid, count: int, timeout: float, poll: float = 1.0) -> None:
         """Wait until ``count`` nodes are connected and profiled, or stop with a clear error."""

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.families import Candidate, family_candidates
 
@@ -52,7 +52,7 @@ def run_family(cfg: RunConfig) -> str:
         return cfg.nas_family
     if cfg.dataset in AUTO_FAMILY:
         return AUTO_FAMILY[cfg.dataset]
-    return "lenet5" if population(cfg).info.channels == 1 else "mobilenetv2"
+    return "lenet5" if dataset_info(cfg).channels == 1 else "mobilenetv2"
 
 
 def run_candidates(cfg: RunConfig, info: DatasetInfo) -> list[Candidate]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context
+import numpy as np
+from flwr.app import ConfigRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
@@ -22,23 +24,36 @@ from fedapp.evaluation.results import (
     SUMMARY_FILE,
     RunRecorder,
 )
-from fedapp.federated_data import server_set
-from fedapp.messages import SELECTION_KEY
+from fedapp.exchange import exchange
+from fedapp.federated_data import data_facts, population, server_set
+from fedapp.messages import DATA_FACTS, SELECTION_KEY
 from fedapp.profiles import NodeRegistry
 from fedapp.strategies.base import HeterogeneousStrategy, State, build_strategy
 
 app = ServerApp()
 
 
+class RunRejected(Exception):
+    """A user error stopped the run (bad run config, a node's rejection, missing data).
+
+    An ordinary exception on purpose: Flower 1.42's ServerApp runner (``run_serverapp``) catches
+    ``Exception`` only, and only then flushes the ServerApp's logs to the SuperLink, so that they
+    reach ``flwr run --stream``, and marks the run ``finished:failed``. A ``SystemExit`` passes
+    by that handler: the process ended with its last log lines unsent and the run was marked
+    failed only when its heartbeat lapsed, with no reason shown.
+    """
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run one federated experiment; a user error stops it before training, without traceback."""
+    """Run one federated experiment; a user error stops it before training, with its reason as
+    the log's last fedapp line."""
     try:
         cfg = parse_run_config(context.run_config)
         run_experiment(grid, cfg)
     except (ConfigError, DatasetUnavailableError) as err:
         log(ERROR, "fedapp: %s", err)
-        raise SystemExit(2) from None
+        raise RunRejected(str(err)) from None
 
 
 def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
@@ -48,10 +63,11 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
     )
     validation = server_set(cfg, "validation")  # loads the data: fails before anyone trains
-    nodes = NodeRegistry()
+    facts = data_facts(population(cfg).info)
+    nodes = NodeRegistry(facts)
     nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
     strategy = build_strategy(cfg, nodes)
-    first_round, state, best = _starting_point(cfg, strategy, run_dir)
+    first_round, state, best, earlier = _starting_point(cfg, strategy, run_dir)
     recorder = RunRecorder(run_dir, resume_after=first_round - 1)
     recorder.write_json(CONFIG_FILE, cfg.as_run_config())
     log(
@@ -67,10 +83,11 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     )
     strategy.summary()
 
-    setup_seconds = time.perf_counter() - started
+    setup_seconds = time.perf_counter() - started + earlier["setup"]
+    started -= earlier["elapsed"]  # a resumed run's clock includes the rounds before the crash
     for server_round in range(first_round, cfg.num_server_rounds + 1):
         round_start = time.perf_counter()
-        state, row = _train_round(grid, strategy, server_round, state)
+        state, row = _train_round(grid, strategy, server_round, state, facts)
         if server_round % cfg.eval_every == 0 or server_round == cfg.num_server_rounds:
             evaluation_start = time.perf_counter()
             row |= strategy.validation_metrics(state, validation)
@@ -80,7 +97,16 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
                 recorder.save_state(BEST_MODEL_FILE, state)
         row["seconds"] = time.perf_counter() - round_start
         recorder.log_round(row)
-        recorder.save_checkpoint(server_round, state, best)
+        recorder.save_checkpoint(
+            server_round,
+            state,
+            {
+                "best": best,
+                "accounts": json.dumps(strategy.accounts(), default=_plain),
+                "elapsed": time.perf_counter() - started,
+                "setup": setup_seconds,
+            },
+        )
         _log_progress(cfg, row)
 
     recorder.save_state(FINAL_MODEL_FILE, state)
@@ -116,27 +142,50 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
 
 def _starting_point(
     cfg: RunConfig, strategy: HeterogeneousStrategy, run_dir: Path
-) -> tuple[int, State, dict[str, Any]]:
-    """Round 1 from the initial state, or the round after the checkpoint when resuming."""
-    fresh = (1, strategy.initial_state(), {"round": 0, SELECTION_KEY: -1.0})
+) -> tuple[int, State, dict[str, Any], dict[str, float]]:
+    """Round 1 from the initial state, or the round after the checkpoint when resuming; also
+    the best round so far and the setup and elapsed seconds of the run before this start. A
+    resumed strategy continues its accounting (communication, compute, metering, method
+    records) from the checkpoint, so summary.json covers the whole run."""
+    nothing_earlier = {"setup": 0.0, "elapsed": 0.0}
+    fresh = (1, strategy.initial_state(), {"round": 0, SELECTION_KEY: -1.0}, nothing_earlier)
     if not cfg.resume:
         return fresh
     try:
-        done, state, best = RunRecorder.load_checkpoint(run_dir)
+        done, state, extra = RunRecorder.load_checkpoint(run_dir)
     except FileNotFoundError:
         log(WARNING, "fedapp: resume = true but %s has no checkpoint; starting at round 1", run_dir)
         return fresh
     log(INFO, "fedapp: resuming %s after round %d", run_dir, done)
-    return done + 1, state, best
+    if "accounts" not in extra:  # a checkpoint of an older fedapp: only the best round
+        log(WARNING, "fedapp: %s predates resumable accounting; it restarts from zero", run_dir)
+        return done + 1, state, extra, nothing_earlier
+    strategy.restore_accounts(json.loads(extra["accounts"]))
+    earlier = {"setup": float(extra["setup"]), "elapsed": float(extra["elapsed"])}
+    return done + 1, state, extra["best"], earlier
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays in a method's records as JSON values."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot store {type(value).__name__} in a checkpoint")
 
 
 def _train_round(
-    grid: Grid, strategy: HeterogeneousStrategy, server_round: int, state: State
+    grid: Grid,
+    strategy: HeterogeneousStrategy,
+    server_round: int,
+    state: State,
+    facts: dict[str, Any],
 ) -> tuple[State, dict[str, Any]]:
-    """Send the round's messages, aggregate the replies, describe what happened."""
+    """Send the round's messages (with the data-set facts), aggregate the replies, describe what
+    happened."""
     phase_start = time.perf_counter()
     messages = strategy.configure_round(server_round, state, grid)
-    replies = grid.send_and_receive(messages, timeout=strategy.cfg.round_timeout)
+    for message in messages:
+        message.content[DATA_FACTS] = ConfigRecord(facts)
+    replies = exchange(grid, messages, strategy.cfg.round_timeout)
     aggregate_start = time.perf_counter()
     new_state, metrics = strategy.aggregate_round(server_round, replies)
     report = strategy.report

@@ -122,13 +122,16 @@ class LocalGrid(Grid):
             TaskIdentity.node_id = node_id
             reply = self._app(delivered, self.contexts[node_id])
             TaskIdentity.node_id = SUPERLINK_NODE_ID
-            hook = self.reply_hooks.get(self.node_ids.index(node_id))
+            index = node_id - FIRST_NODE_ID
+            hook = self.reply_hooks.get(index)
             if hook is not None and message.metadata.message_type == MessageType.TRAIN:
-                reply = hook(self.node_ids.index(node_id), reply)
+                reply = hook(index, reply)
             if reply is not None:
                 self._pending[message.metadata.message_id] = message_from_proto(
                     message_to_proto(reply)
                 )
+            else:  # the node vanished: it is no longer listed, as the SuperLink would do
+                self.node_ids = [n for n in self.node_ids if n != node_id]
             ids.append(message.metadata.message_id)
         return ids
 

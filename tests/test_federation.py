@@ -25,8 +25,8 @@ from fedapp.client_app import app as client_app
 from fedapp.config import parse_run_config
 from fedapp.federated_data import client_budgets, client_shard
 from fedapp.models.slicing import SliceAccumulator
+from fedapp.server_app import RunRejected, run_experiment
 from fedapp.server_app import app as server_app
-from fedapp.server_app import run_experiment
 from fedapp.strategies.reply_validation import spec_of
 
 FAST = preset_overrides("fedavg-digits") | {"num_server_rounds": 2}
@@ -85,7 +85,7 @@ def test_handshake_reports_partition_examples_and_budget(tmp_path) -> None:
 def test_mismatched_population_stops_before_training(tmp_path, caplog) -> None:
     config = _config(tmp_path, num_clients=3)
     grid = LocalGrid(client_app, config, num_nodes=2)  # nodes say num-partitions = 2
-    with pytest.raises(SystemExit):
+    with pytest.raises(RunRejected):
         server_app(grid=grid, context=server_context(config))
     assert "num-supernodes=3" in caplog.text
     assert not any(m.metadata.message_type == MessageType.TRAIN for m in grid.sent)
@@ -94,7 +94,7 @@ def test_mismatched_population_stops_before_training(tmp_path, caplog) -> None:
 def test_invalid_config_stops_before_anything_is_sent(tmp_path, caplog) -> None:
     config = _config(tmp_path, gamma=-1.0)
     grid = LocalGrid(client_app, config, num_nodes=2)
-    with pytest.raises(SystemExit):
+    with pytest.raises(RunRejected):
         server_app(grid=grid, context=server_context(config))
     assert "'gamma' = -1.0 is not allowed" in caplog.text
     assert grid.sent == [] and not (tmp_path / "run").exists()

@@ -19,6 +19,7 @@ from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import ImageArrays, load_dataset
 from fedapp.federated_data import client_shard
 from fedapp.profiles import NodeRegistry, local_node
+from fedapp.server_app import RunRejected
 from fedapp.server_app import app as server_app
 
 FAST = preset_overrides("fedavg-digits") | {
@@ -115,7 +116,7 @@ def test_inconsistent_device_data_stops_the_run_before_training(
     tmp_path, caplog, make, message
 ) -> None:
     data_path = str(make(tmp_path))
-    with pytest.raises(SystemExit):
+    with pytest.raises(RunRejected):
         _run(tmp_path, data_path)
     assert "a node rejected the run: node config 'data-path'" in caplog.text
     assert message in caplog.text

@@ -23,7 +23,7 @@ from fedapp.clients import fedavg
 from fedapp.clients.evaluation_reply import evaluation_reply, no_model_reply
 from fedapp.clients.node_state import load_arrays, save_arrays
 from fedapp.config import RunConfig
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, LEARNING_RATE, METRICS, SERVER_ROUND
 from fedapp.models.zoo import build_model
 from fedapp.profiles import LocalNode
@@ -81,7 +81,7 @@ def train_personal(
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """FedAvg's local update of the global model, then the personal model's proximal update."""
     reply = fedavg.train(message, cfg, node)
-    info = population(cfg).info
+    info = dataset_info(cfg)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
     lr = float(message.content[CONFIG][LEARNING_RATE])
     received = from_record(message.content[ARRAYS])
@@ -107,7 +107,7 @@ def evaluate_personal(message: Message, cfg: RunConfig, node: LocalNode) -> Reco
     kept = load_arrays(node.state, PERSONAL_KEY)
     if kept is None:
         return no_model_reply()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     model = build_model(cfg.model, info)
     load_state(model, kept)
     return evaluation_reply(model, message, cfg, info)

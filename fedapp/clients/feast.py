@@ -17,7 +17,7 @@ from fedapp.clients.kept_modules import elastic_network
 from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.feast_space import model_space
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import AFFORDABLE, ARRAYS, CONFIG, METRICS, ROUTED
 from fedapp.models.arch import Arch
 from fedapp.models.routing import envelope
@@ -29,7 +29,7 @@ from fedapp.training.train_metrics import train_metrics
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round: rebuild the routed sub-supernet from the payload, co-train, send it back."""
-    space = model_space(cfg, population(cfg).info)
+    space = model_space(cfg, dataset_info(cfg))
     config = message.content[CONFIG]
     affordable = [int(i) for i in config[AFFORDABLE]]
     plan = plan_for(space.cache, affordable, cfg.training_rule)
@@ -47,7 +47,7 @@ def train_plan(
     """Local epochs of ``plan`` on the sub-supernet ``bounds`` loaded from the payload; the reply
     holds its whole tensor set, the loss, and the compute proxy (3 x forward MACs x examples)."""
     started = time.perf_counter()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     space = model_space(cfg, info)
     model = elastic_network(space.config, bounds)
     load_into(model, message.content[ARRAYS])

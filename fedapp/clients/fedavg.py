@@ -6,7 +6,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 
 from fedapp.clients.local_round import local_sgd
 from fedapp.config import RunConfig
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import ARRAYS, METRICS
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import LocalNode
@@ -23,7 +23,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
 def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """Local SGD on the received weights of the named model (FedDF: the client's prototype);
     reports the compute proxy (3 x forward MACs x examples trained)."""
-    info = population(cfg).info
+    info = dataset_info(cfg)
     model = build_model(name, info)
     load_into(model, message.content[ARRAYS])
     _, loader, optimizer = local_sgd(model, message, cfg, node, info)

@@ -18,7 +18,7 @@ from torch import nn
 
 from fedapp.clients.own_model import keep_own_model, load_own_model, own_candidate
 from fedapp.config import RunConfig
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import (
     ARRAYS,
     COMPUTE_METRIC,
@@ -81,7 +81,7 @@ class LabelLogits:
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """Local epochs on the private shard with the FD loss; upload per-label mean logits."""
     start = time.perf_counter()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     device = resolve_device(cfg.device)
     config = message.content[CONFIG]
     generator = seed_local_work(cfg.seed, int(config[SERVER_ROUND]), node.partition_id)

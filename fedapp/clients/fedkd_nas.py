@@ -30,7 +30,7 @@ from fedapp.clients.nas import (
 )
 from fedapp.config import RunConfig
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import population, public_images
+from fedapp.federated_data import dataset_info, public_images
 from fedapp.messages import ARRAYS, CONFIG, LEARNING_RATE, LOGITS, METRICS, SERVER_ROUND, TARGET
 from fedapp.models.families import build_candidate, describe
 from fedapp.profiles import LocalNode
@@ -85,7 +85,7 @@ def local_round(
 ) -> tuple[nn.Module, dict[str, float | int]]:
     """Choose, warm-start, train (with KD when there is a target) and score this round's
     student; returns it and the reply metrics (the choice and its score included)."""
-    info = population(cfg).info
+    info = dataset_info(cfg)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
     lr = float(message.content[CONFIG][LEARNING_RATE])
     device = resolve_device(cfg.device)
@@ -146,7 +146,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """FedKD-NAS: distil from the broadcast Z~ (none in a teacherless round 1), upload logits."""
     arrays = from_record(message.content[ARRAYS])
     model, metrics = local_round(message, cfg, node, arrays.get(TARGET))
-    info = population(cfg).info
+    info = dataset_info(cfg)
     logits = predict_logits(model, public_images(cfg), info, resolve_device(cfg.device))
     return RecordDict({ARRAYS: to_record({LOGITS: logits}), METRICS: MetricRecord(metrics)})
 
@@ -159,7 +159,7 @@ def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> Recor
     weights = warm_start(node.state, history.incumbent) if history.incumbent else None
     if weights is None:
         return no_model_reply()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     model = build_candidate(history.incumbent, info)
     load_state(model, weights)
     costs = candidate_costs(describe(history.incumbent, info, cfg.batch_size))

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader
 from fedapp.clients.own_model import keep_own_model, load_own_model, own_candidate
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.federated_data import population, server_set
+from fedapp.federated_data import dataset_info, server_set
 from fedapp.messages import (
     ARRAYS,
     COMPUTE_METRIC,
@@ -112,7 +112,7 @@ def adam(model: nn.Module) -> torch.optim.Adam:
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One FedMD round of this client (see the module docstring for the order of steps)."""
     start = time.perf_counter()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     device = resolve_device(cfg.device)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
     generator = seed_local_work(cfg.seed, server_round, node.partition_id)

@@ -21,7 +21,7 @@ from torch.func import functional_call
 from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import ARRAYS, CONFIG, MASK_MACS, METRICS, THRESHOLDS
 from fedapp.models.masks import full_model, masked_names, masked_parameters
 from fedapp.profiles import LocalNode
@@ -34,7 +34,7 @@ from fedapp.training.train_metrics import train_metrics
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round of masked local SGD; the reply is the change of every state entry."""
     started = time.perf_counter()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     config = message.content[CONFIG]
     model = full_model(substrate_config(cfg, info))
     load_into(model, message.content[ARRAYS])

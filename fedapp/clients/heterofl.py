@@ -17,7 +17,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import ARRAYS, CONFIG, LABEL_MASK, METRICS, WIDTH_KEY
 from fedapp.models.counter import count
 from fedapp.models.substrate import width_arch
@@ -45,7 +45,7 @@ def masked_logits(logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round of local SGD on the node's width, then the weights and the class mask back."""
     started = time.perf_counter()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     config = substrate_config(cfg, info)
     settings = message.content[CONFIG]
     rate = float(settings[WIDTH_KEY])

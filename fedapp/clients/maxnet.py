@@ -13,7 +13,7 @@ from flwr.app import Message, RecordDict
 from fedapp.clients.feast import train_plan
 from fedapp.config import RunConfig
 from fedapp.feast_space import model_space
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import CONFIG, SUBNET
 from fedapp.models.arch import parse_arch
 from fedapp.models.cache import Variant
@@ -24,7 +24,7 @@ from fedapp.training.co_training import CoTrainingPlan
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round of plain CE on the assigned subnet; the reply holds all its tensors."""
-    space = model_space(cfg, population(cfg).info)
+    space = model_space(cfg, dataset_info(cfg))
     arch = space.config.validate(parse_arch(str(message.content[CONFIG][SUBNET])))
     cost = count(space.config, arch)
     plan = CoTrainingPlan.single(Variant(arch, cost.macs, cost.params))

@@ -15,7 +15,7 @@ from fedapp.clients.evaluation_reply import candidate_costs, evaluation_reply, n
 from fedapp.clients.node_state import load_arrays, save_arrays
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.models.families import Candidate, build_candidate, largest_affordable
 from fedapp.profiles import LocalNode
 from fedapp.records import load_state
@@ -48,7 +48,7 @@ def evaluate_own_model(message: Message, cfg: RunConfig, node: LocalNode) -> Rec
     node that has not trained yet has no model: :func:`no_model_reply`)."""
     if load_arrays(node.state, MODEL_KEY) is None:
         return no_model_reply()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     model, _ = load_own_model(cfg, node, info)
     costs = candidate_costs(own_candidate(cfg, info, node.budget))
     return evaluation_reply(model, message, cfg, info, costs)

@@ -22,7 +22,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.clients.local_round import local_sgd, train_local_epochs
 from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
-from fedapp.federated_data import population
+from fedapp.federated_data import dataset_info
 from fedapp.messages import ARRAYS, CONFIG, LEVEL, METRICS, SERVER_ROUND
 from fedapp.models.early_exits import level_costs, level_model
 from fedapp.profiles import LocalNode
@@ -73,7 +73,7 @@ def self_distillation_loss(
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """One round: rebuild the level sent, train every exit, send the level back."""
     started = time.perf_counter()
-    info = population(cfg).info
+    info = dataset_info(cfg)
     config = message.content[CONFIG]
     level = int(config[LEVEL])
     substrate = substrate_config(cfg, info)

@@ -1,4 +1,8 @@
-"""The PNG figures of a run (headless: the Agg backend, no display needed)."""
+"""The PNG figures of a run (headless: the Agg backend, no display needed).
+
+matplotlib is imported when a figure is drawn (on the server, once per run), not with this module:
+client code reaches it through shared modules, and it costs a device ~0.5 s per ClientApp start.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _line_plot(
@@ -23,6 +31,7 @@ def _line_plot(
     label: str,
     reference: tuple[float, str] | None = None,
 ) -> Path:
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(x, y_percent, marker="o", label=label)
     if reference is not None:
@@ -99,6 +108,7 @@ def plot_accuracy_vs_macs(
 ) -> Path:
     """Test accuracy of every operating point against its MACs (and population accuracy);
     points no client trained directly are drawn hollow."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     if _points(ax, variants, "operating points", 6):
         _hollow_legend(ax)
@@ -129,6 +139,7 @@ def plot_methods_accuracy_vs_macs(
     """Every method's operating points (test accuracy against MACs) in one figure, points no
     client trained hollow; methods without operating points (one model per client) appear as
     horizontal reference lines."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     hollow = False
     for name, variants in curves.items():

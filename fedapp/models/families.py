@@ -17,7 +17,6 @@ from functools import cache
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import load_supernet
@@ -167,6 +166,8 @@ def build_candidate(name: str, info: DatasetInfo) -> nn.Module:
 
 def counted_macs(model: nn.Module, channels: int, side: int) -> int:
     """Forward MACs of one image through the model, FLOP-counted (a MAC is two FLOPs)."""
+    from torch.utils.flop_counter import FlopCounterMode  # imports triton: only when counting
+
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
         model(torch.zeros(1, channels, side, side))

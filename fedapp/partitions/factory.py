@@ -4,20 +4,20 @@ IID, Dirichlet and shards use the stock flwr-datasets partitioners; budget-diric
 FEAST's ``BudgetDirichletPartitioner``. All of them run on an in-memory ``datasets.Dataset``
 holding only the labels and each row's position, so nothing is downloaded and the position
 column maps a partition back to indices even when a partitioner reorders the rows.
+
+``datasets`` and ``flwr_datasets`` are imported only when a partition is computed: they take about
+1.5 s to import, which every deployment ClientApp process would otherwise pay even when its shard
+is already cached on disk (``fedapp.federated_data``).
 """
 
 from __future__ import annotations
 
-import datasets
-import numpy as np
-from flwr_datasets.partitioner import (
-    DirichletPartitioner,
-    IidPartitioner,
-    Partitioner,
-    ShardPartitioner,
-)
+from typing import TYPE_CHECKING
 
-from fedapp.partitions.budget_dirichlet import BudgetDirichletPartitioner
+import numpy as np
+
+if TYPE_CHECKING:
+    from flwr_datasets.partitioner import Partitioner
 
 PARTITIONER_NAMES: tuple[str, ...] = ("iid", "dirichlet", "shards", "budget-dirichlet")
 MIN_PARTITION_SIZE = 10  # every client must be able to fill a few batches
@@ -52,6 +52,8 @@ def client_partitions(
             f"{labels.size} examples cannot give {num_partitions} clients at least "
             f"{MIN_PARTITION_SIZE} each; use at most {labels.size // MIN_PARTITION_SIZE} clients"
         )
+    import datasets
+
     table = datasets.Dataset.from_dict(
         {"label": labels.astype(np.int64), "position": np.arange(labels.size, dtype=np.int64)}
     )
@@ -97,6 +99,10 @@ def _make_partitioner(
     shards: int,
     shares: np.ndarray | None,
 ) -> Partitioner:
+    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, ShardPartitioner
+
+    from fedapp.partitions.budget_dirichlet import BudgetDirichletPartitioner
+
     if name == "iid":
         return IidPartitioner(num_partitions)
     if name == "dirichlet":

@@ -28,6 +28,7 @@ from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.evaluation.accounting import CommunicationLedger
 from fedapp.evaluation.operating_points import PointEvaluator
 from fedapp.evaluation.results import write_csv
+from fedapp.exchange import exchange
 from fedapp.federated_data import server_set
 from fedapp.messages import (
     ARRAYS,
@@ -181,6 +182,26 @@ class HeterogeneousStrategy(Strategy):
                 profile.partition_id, 0.0
             ) + float(reply.metrics[COMPUTE_METRIC])
 
+    def accounts(self) -> dict[str, Any]:
+        """Everything the run has accumulated besides the global state that summary.json reports
+        (or that decides later rounds), for the checkpoint: a resumed run continues from it.
+        Methods with more such records extend this and :meth:`restore_accounts`."""
+        return {
+            "ledger_full_params": self.ledger.full_params,
+            "ledger_rows": [dict(row) for row in self.ledger.client_rounds],
+            "compute_proxy": dict(self.compute_proxy),
+            "resource_use": [list(use) for use in self.resource_use],
+        }
+
+    def restore_accounts(self, accounts: dict[str, Any]) -> None:
+        """Continue from :meth:`accounts` of a checkpoint."""
+        self.ledger = CommunicationLedger(
+            full_params=int(accounts["ledger_full_params"]),
+            client_rounds=[dict(row) for row in accounts["ledger_rows"]],
+        )
+        self.compute_proxy = {int(k): float(v) for k, v in accounts["compute_proxy"].items()}
+        self.resource_use = [(float(cpu), float(rss)) for cpu, rss in accounts["resource_use"]]
+
     def accounting_summary(
         self, run_dir: Path, params_by_client: dict[int, int] | None = None
     ) -> dict[str, Any]:
@@ -196,6 +217,7 @@ class HeterogeneousStrategy(Strategy):
                 "cpu_percent_mean": float(use[:, 0].mean()) if len(use) else None,
                 "peak_rss_mb_mean": float(use[:, 1].mean()) if len(use) else None,
                 "peak_rss_mb_max": float(use[:, 1].max()) if len(use) else None,
+                "metered_client_rounds": len(use),
                 "comm_mb_per_client": traffic_mb / clients,
                 "comm_mb_total": traffic_mb,
             },
@@ -288,7 +310,7 @@ class HeterogeneousStrategy(Strategy):
                     err,
                 )
         for node_id in self._expected:
-            self.report.dropped[node_id] = "no reply before the round timeout"
+            self.report.dropped[node_id] = "no reply (round timeout, or the node left)"
         self.report.accepted = len(valid)
         seconds = [float(r.metrics.get("train-seconds", 0.0)) for r in valid]
         self.report.client_seconds = float(sum(seconds))
@@ -320,7 +342,7 @@ class HeterogeneousStrategy(Strategy):
             for node_id in sorted(connected & set(self.nodes.profiles))
         ]
         rows = []
-        for reply in self._grid.send_and_receive(messages, timeout=self.cfg.round_timeout):
+        for reply in exchange(self._grid, messages, self.cfg.round_timeout):
             profile = self.nodes.profiles[reply.metadata.src_node_id]
             try:
                 metrics = validate_metrics(reply)

@@ -90,6 +90,14 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.served: list[Candidate] = []  # the prototypes in the global state, by MACs
         self.distillations: list[dict[str, Any]] = []
 
+    def accounts(self) -> dict[str, Any]:
+        """The base's records and every round's distillation outcome (summary.json lists them)."""
+        return super().accounts() | {"distillations": [dict(r) for r in self.distillations]}
+
+    def restore_accounts(self, accounts: dict[str, Any]) -> None:
+        super().restore_accounts(accounts)
+        self.distillations = [dict(r) for r in accounts["distillations"]]
+
     # ---- prototypes ------------------------------------------------------------------------
     def prototype_of(self, profile: NodeProfile) -> Candidate:
         """The largest candidate of the family within the node's budget."""

@@ -61,6 +61,14 @@ class FedKDNASStrategy(ClientHeldStrategy):
         self.teacher: torch.nn.Module | None = None
         self.nas_rows: list[dict[str, Any]] = []
 
+    def accounts(self) -> dict[str, Any]:
+        """The base's records and every client-round's NAS choice (summary.json counts them)."""
+        return super().accounts() | {"nas_rows": [dict(r) for r in self.nas_rows]}
+
+    def restore_accounts(self, accounts: dict[str, Any]) -> None:
+        super().restore_accounts(accounts)
+        self.nas_rows = [dict(r) for r in accounts["nas_rows"]]
+
     @property
     def uses_teacher(self) -> bool:
         return self.cfg.teacher_beta > 0

@@ -267,7 +267,19 @@ class MaxNetStrategy(CachedSupernetStrategy):
             accumulator.add(reply.arrays, weight=weight)
         return accumulator.result()
 
-    # ---- final report ---------------------------------------------------------------------------
+    # ---- resume and final report ----------------------------------------------------------------
+    def accounts(self) -> dict[str, Any]:
+        """The base's records and the sandwich's role counts (they decide later roles)."""
+        return super().accounts() | {
+            "maxnet_assignments": dict(self.tracker.largest),
+            "minnet_assignments": dict(self.tracker.smallest),
+        }
+
+    def restore_accounts(self, accounts: dict[str, Any]) -> None:
+        super().restore_accounts(accounts)
+        self.tracker.largest = {int(k): int(v) for k, v in accounts["maxnet_assignments"].items()}
+        self.tracker.smallest = {int(k): int(v) for k, v in accounts["minnet_assignments"].items()}
+
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         summary = (
             self.served_report(state, data, run_dir)

@@ -1,0 +1,71 @@
+"""Send messages to nodes and collect their replies without Flower's fixed 3 s wait.
+
+Flower 1.42's ``Grid.send_and_receive`` (the SuperLink's gRPC/HTTP grid) sleeps 3 s between pulls,
+so every round pays up to 3 s after the last reply arrived, and it waits for a node that has
+vanished until the whole timeout expires. Here the server pushes, then pulls with a short poll
+that backs off (``FIRST_POLL`` growing to ``MAX_POLL``), and stops waiting for a node as soon as
+the SuperLink says it is gone: an error reply (``NODE_UNAVAILABLE`` once its heartbeats lapse), or
+the node missing from ``grid.get_node_ids()`` (which lists online nodes only). The replies it
+returns all come from the nodes themselves; one the SuperLink sent for a departed node is logged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from logging import WARNING
+
+from flwr.app import Message
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+FIRST_POLL = 0.05  # seconds before the first pull; replies on a LAN come within ~0.1 s of ready
+MAX_POLL = 0.5  # the longest wait between pulls: at most this much is added to a round
+BACKOFF = 1.5
+MEMBERSHIP_EVERY = 2.0  # seconds between checks that the awaited nodes are still online
+
+
+def exchange(grid: Grid, messages: Iterable[Message], timeout: float) -> list[Message]:
+    """Push ``messages``, return every reply that came before ``timeout`` seconds passed or the
+    awaited nodes left; a reply may be an error message (the caller decides what it means)."""
+    messages = list(messages)
+    if not messages:
+        return []
+    destinations = [m.metadata.dst_node_id for m in messages]
+    pushed = list(grid.push_messages(messages))
+    pending = {mid: node for mid, node in zip(pushed, destinations, strict=True) if mid}
+    replies: list[Message] = []
+    start = time.monotonic()
+    deadline, next_check, delay = start + timeout, start + MEMBERSHIP_EVERY, FIRST_POLL
+    while pending:
+        for reply in grid.pull_messages(list(pending)):
+            node_id = pending.pop(reply.metadata.reply_to_message_id, None)
+            if node_id is None:
+                continue
+            if reply.metadata.src_node_id == SUPERLINK_NODE_ID and reply.has_error():
+                # the SuperLink answers for a node it declared offline (NODE_UNAVAILABLE); the
+                # reply names the SuperLink as its source, so the caller could not tell whose
+                log(WARNING, "node %s is unavailable: %s", node_id, reply.error.reason)
+                continue
+            replies.append(reply)
+        now = time.monotonic()
+        if not pending or now >= deadline:
+            break
+        if now >= next_check:
+            _forget_departed(grid, pending)
+            next_check = now + MEMBERSHIP_EVERY
+            if not pending:
+                break
+        time.sleep(min(delay, deadline - now))
+        delay = min(delay * BACKOFF, MAX_POLL)
+    return replies
+
+
+def _forget_departed(grid: Grid, pending: dict[str, int]) -> None:
+    """Stop waiting for messages whose node is no longer online."""
+    online = set(grid.get_node_ids())
+    for message_id, node_id in list(pending.items()):
+        if node_id not in online:
+            log(WARNING, "node %s left the federation; not waiting for its reply", node_id)
+            del pending[message_id]

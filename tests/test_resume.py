@@ -1,0 +1,102 @@
+"""A run that crashes after round k and is resumed reports the same accounting as one that never
+stopped: communication ledger, compute proxy, resource metering and every other summary.json
+figure; and a method's own records (MaxNet/MinNet role counts, which also decide later rounds'
+roles) survive the checkpoint.
+
+The crash is real: the server's process state is lost when a node's reply raises in round k + 1
+(as if the server died mid-round), and the resumed run starts from nothing but the files on disk.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flwr.app import Message
+from local_grid import preset_overrides, run_config, run_local
+from processes import read_rounds
+from test_feast import DIGITS_FEAST
+
+from fedapp.config import parse_run_config
+from fedapp.profiles import NodeRegistry
+from fedapp.strategies.base import build_strategy
+
+ROUNDS, CRASH_AFTER = 2, 1
+#: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.
+VOLATILE = {"wall_seconds", "timing", "resumed_from_round", "run_dir"}
+MEASURED = {"cpu_percent_mean", "peak_rss_mb_mean", "peak_rss_mb_max"}
+
+
+class PowerCut(RuntimeError):
+    pass
+
+
+def _crash_in_round(server_round: int):
+    def hook(index: int, reply: Message) -> Message:
+        if reply.metadata.group_id == str(server_round):
+            raise PowerCut(f"server lost in round {server_round}")
+        return reply
+
+    return hook
+
+
+def _config(out: Path, name: str, **extra: Any) -> dict[str, Any]:
+    return run_config(
+        **preset_overrides("fedavg-digits")
+        | {
+            "num_clients": 4,
+            "fraction_train": 0.75,
+            "num_server_rounds": ROUNDS,
+            "local_epochs": 1,
+            "out_dir": str(out),
+            "run_name": name,
+        }
+        | extra
+    )
+
+
+def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
+    kept = {k: v for k, v in summary.items() if k not in VOLATILE}
+    kept["resources"] = {k: v for k, v in summary["resources"].items() if k not in MEASURED}
+    return kept
+
+
+def test_resumed_run_reports_the_accounting_of_an_uninterrupted_one(tmp_path: Path) -> None:
+    whole, _ = run_local(_config(tmp_path, "whole"), num_nodes=4)
+
+    crash = _config(tmp_path, "crash")
+    with pytest.raises(PowerCut):
+        hooks = dict.fromkeys(range(4), _crash_in_round(CRASH_AFTER + 1))
+        run_local(crash, num_nodes=4, reply_hooks=hooks)
+    assert [r["round"] for r in read_rounds(tmp_path / "crash")] == list(range(1, CRASH_AFTER + 1))
+    resumed, _ = run_local(_config(tmp_path, "crash", resume=True), num_nodes=4)
+
+    assert resumed["resumed_from_round"] == CRASH_AFTER
+    assert _comparable(resumed) == _comparable(whole)
+    # the figures the comparison covers are real ones, accumulated over all rounds
+    cohort = 3
+    assert resumed["comm"]["client_rounds"] == ROUNDS * cohort
+    assert resumed["resources"]["metered_client_rounds"] == ROUNDS * cohort
+    assert resumed["compute_proxy_total_macs"] > 0
+    assert len(resumed["compute_proxy_by_client"]) >= cohort
+    rows = read_rounds(tmp_path / "crash")
+    assert resumed["timing"]["rounds_seconds"] == pytest.approx(sum(r["seconds"] for r in rows))
+    on_disk = json.loads((tmp_path / "crash" / "summary.json").read_text())
+    assert on_disk["comm"] == whole["comm"]
+
+
+def test_maxnet_role_counts_survive_the_checkpoint_and_decide_the_next_roles(tmp_path) -> None:
+    config = run_config(**DIGITS_FEAST | {"strategy": "superfednas", "out_dir": str(tmp_path)})
+    cfg = parse_run_config(config)
+    before = build_strategy(cfg, NodeRegistry())
+    for cohort in ([0, 1, 2], [1, 2, 3], [0, 2, 3]):
+        before.tracker.roles(cohort)
+    stored = json.loads(json.dumps(before.accounts()))  # as the checkpoint keeps it
+
+    after = build_strategy(cfg, NodeRegistry())
+    after.restore_accounts(stored)
+    assert after.tracker.largest == before.tracker.largest
+    assert after.tracker.smallest == before.tracker.smallest
+    assert after.tracker.roles([0, 1, 2, 3]) == before.tracker.roles([0, 1, 2, 3])
