@@ -323,19 +323,22 @@ def seed_dir(out_dir: Path, seed: int) -> Path:
 
 
 def mean_std_rows(per_seed: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per method (in first-seen order): the number of seeds and, per numeric column, the mean
-    and the sample standard deviation over the seeds that report it (0 for one seed)."""
-    methods = list(dict.fromkeys(row["method"] for rows in per_seed for row in rows))
+    """Per method (in first-seen order): the number of seeds and, per column, the mean and the
+    sample standard deviation over the seeds that report a number (0 for one seed; None where
+    none does), so every method's row has the same columns."""
+    everything = [row for rows in per_seed for row in rows]
+    methods = list(dict.fromkeys(row["method"] for row in everything))
+    keys = [k for k in dict.fromkeys(k for row in everything for k in row) if k != "method"]
     result = []
     for method in methods:
-        rows = [row for rows in per_seed for row in rows if row["method"] == method]
+        rows = [row for row in everything if row["method"] == method]
         merged: dict[str, Any] = {"method": method, "seeds": len(rows)}
-        for key in rows[0]:
+        for key in keys:
             values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
-            if key == "method" or not values:
-                continue
-            merged[key] = statistics.fmean(values)
-            merged[key + "_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+            merged[key] = statistics.fmean(values) if values else None
+            merged[key + "_std"] = (
+                (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+            )
         result.append(merged)
     return result
 
@@ -352,7 +355,7 @@ def mean_std_table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         cells = []
         for key in keys:
-            if key not in row:
+            if row[key] is None:
                 cells.append("-")
                 continue
             mean, std = _cell(row[key], key), _cell(row[key + "_std"], key)
@@ -439,7 +442,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"seed {seed}:", flush=True)
         folder = seed_dir(out_dir, seed)
         folder.mkdir(exist_ok=True)
+        if args.report_only and not collect_summaries(folder, comparison.strategies):
+            print(f"    no finished run in {folder}; left out", flush=True)
+            continue
         per_seed[seed] = _run_one(args, comparison.with_seed(seed), folder)
+    if not per_seed:
+        raise ConfigError(f"no seed of comparison {comparison.name!r} has a finished run")
     return write_seed_outputs(out_dir, comparison, per_seed)
 
 
