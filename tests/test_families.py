@@ -131,17 +131,18 @@ def test_resnet18_widths_cost_what_the_substrate_counter_says(info) -> None:
 
 
 @pytest.mark.parametrize(
-    "name",
+    ("name", "lr"),
     [
-        "mobilenetv2-x0.25",
-        "mobilenetv2-x1.0",
-        "shufflenetv2-x0.5",
-        "shufflenetv2-x1.0",
-        "lenet5-x1.0",
-        "resnet18-x0.125",
+        # lr 0.05 with momentum diverges for the BN families on batches of 8; 0.01 trains them
+        ("mobilenetv2-x0.25", 0.01),
+        ("mobilenetv2-x1.0", 0.01),
+        ("shufflenetv2-x0.5", 0.01),
+        ("shufflenetv2-x1.0", 0.01),
+        ("lenet5-x1.0", 0.05),
+        ("resnet18-x0.125", 0.01),
     ],
 )
-def test_every_candidate_family_trains_on_cifar_shaped_tensors(name) -> None:
+def test_every_candidate_family_trains_on_cifar_shaped_tensors(name, lr) -> None:
     """The paper's CIFAR backbones (MobileNetV2, ShuffleNetV2) and the MNIST ones (LeNet5,
     ResNet18): one short local training through the clients' loop lowers the loss."""
     from fedapp.training.loops import train_supervised
@@ -151,9 +152,9 @@ def test_every_candidate_family_trains_on_cifar_shaped_tensors(name) -> None:
     y = torch.randint(0, CIFAR.num_classes, (16,))
     model = build_candidate(name, CIFAR)
     batches = [(x[:8], y[:8]), (x[8:], y[8:])]
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     first = train_supervised(model, batches, optimizer, 1, torch.device("cpu")).loss
-    later = train_supervised(model, batches, optimizer, 8, torch.device("cpu"))
+    later = train_supervised(model, batches, optimizer, 12, torch.device("cpu"))
     last = train_supervised(model, batches, optimizer, 1, torch.device("cpu")).loss
-    assert later.steps == 16 and later.examples == 128
+    assert later.steps == 24 and later.examples == 192
     assert last < 0.7 * first, (name, first, last)
