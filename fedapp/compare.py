@@ -8,6 +8,9 @@ augmentation — so every method sees the same clients. Each strategy runs with 
 ``flwr run`` in simulation; then one table (accuracy, population accuracy, operating points,
 payload per client-round, compute proxy, client resources), the efficiency scores of FedKD-NAS
 (PQS, CES, RES, UES, UES*) and one accuracy-vs-MACs plot with every method are written.
+With ``--seeds N`` the whole comparison runs under N seeds (the configured seed and the N - 1
+after it, each in ``seed-<s>/`` with its own tables); the top level then reports every column as
+mean ± std over the seeds, with a plot of each method's mean test accuracy and its spread.
 Everything is checked before the first run starts: a typo fails in a second, not after an hour.
 """
 
@@ -16,8 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from flwr.common.config import get_fused_config_from_dir
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
-from fedapp.evaluation.plots import plot_methods_accuracy_vs_macs
+from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
 from fedapp.evaluation.results import write_csv
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.methods import METHOD_NAMES
@@ -63,6 +67,7 @@ POINTS_FILE = "operating_points.csv"
 EFFICIENCY_FILE = "efficiency.csv"
 REPORT_FILE = "comparison.md"
 PLOT_FILE = "accuracy_vs_macs.png"
+SEEDS_PLOT_FILE = "accuracy_over_seeds.png"
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,15 @@ class Comparison:
         """The complete run config of one strategy (pyproject defaults, preset, changes)."""
         values = self.shared | self.overrides.get(strategy, {}) | {"strategy": strategy}
         return get_fused_config_from_dir(APP_DIR, values)
+
+    def seeds(self, count: int) -> list[int]:
+        """The configured seed and the ``count - 1`` after it."""
+        first = int(self.run_config(self.strategies[0])["seed"])
+        return list(range(first, first + count))
+
+    def with_seed(self, seed: int) -> Comparison:
+        """The same comparison under another seed (a protocol key: every method shares it)."""
+        return replace(self, shared=self.shared | {"seed": seed})
 
 
 def comparison_path(name: str) -> Path:
@@ -311,6 +325,80 @@ def write_outputs(
     return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
 
 
+def seed_dir(out_dir: Path, seed: int) -> Path:
+    return out_dir / f"seed-{seed}"
+
+
+def mean_std_rows(per_seed: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per method (in first-seen order): the number of seeds and, per column, the mean and the
+    sample standard deviation over the seeds that report a number (0 for one seed; None where
+    none does), so every method's row has the same columns."""
+    everything = [row for rows in per_seed for row in rows]
+    methods = list(dict.fromkeys(row["method"] for row in everything))
+    keys = [k for k in dict.fromkeys(k for row in everything for k in row) if k != "method"]
+    result = []
+    for method in methods:
+        rows = [row for row in everything if row["method"] == method]
+        merged: dict[str, Any] = {"method": method, "seeds": len(rows)}
+        for key in keys:
+            values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+            merged[key] = statistics.fmean(values) if values else None
+            merged[key + "_std"] = (
+                (statistics.stdev(values) if len(values) > 1 else 0.0) if values else None
+            )
+        result.append(merged)
+    return result
+
+
+def mean_std_table(rows: list[dict[str, Any]]) -> str:
+    """The mean ± std rows as a markdown table, one column per measured quantity."""
+    if not rows:
+        return ""
+    keys = [k for k in rows[0] if not k.endswith("_std") and k not in {"method", "seeds"}]
+    lines = [
+        "| method | seeds | " + " | ".join(keys) + " |",
+        "|" + "---|" * (len(keys) + 2),
+    ]
+    for row in rows:
+        cells = []
+        for key in keys:
+            if row[key] is None:
+                cells.append("-")
+                continue
+            mean, std = _cell(row[key], key), _cell(row[key + "_std"], key)
+            unit = " %" if mean.endswith(" %") else ""
+            cells.append(f"{mean.removesuffix(' %')} ± {std.removesuffix(' %')}{unit}")
+        lines.append(f"| {row['method']} | {row['seeds']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_seed_outputs(
+    out_dir: Path, comparison: Comparison, per_seed: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
+    """Mean ± std over seeds of the comparison table and the efficiency scores (each seed's
+    scores are computed among that seed's runs), a plot and a markdown report."""
+    seeds = sorted(per_seed)
+    rows = mean_std_rows([per_seed[s]["rows"] for s in seeds])
+    efficiency = mean_std_rows(
+        [per_seed[s]["efficiency"] for s in seeds if per_seed[s]["efficiency"]]
+    )
+    write_csv(out_dir / TABLE_FILE, rows)
+    if efficiency:
+        write_csv(out_dir / EFFICIENCY_FILE, efficiency)
+    plot_method_means(
+        out_dir / SEEDS_PLOT_FILE,
+        {r["method"]: (r["test_accuracy"], r["test_accuracy_std"]) for r in rows},
+        f"{comparison.name}: test accuracy, mean ± std over seeds {', '.join(map(str, seeds))}",
+    )
+    report = f"# Comparison {comparison.name}, seeds {', '.join(map(str, seeds))}\n\n"
+    report += f"{comparison.description}\n\nMean ± standard deviation over the seeds.\n\n"
+    report += mean_std_table(rows) + "\n"
+    if efficiency:
+        report += "\n## Efficiency (FedKD-NAS scores)\n\n" + mean_std_table(efficiency) + "\n"
+    (out_dir / REPORT_FILE).write_text(report)
+    return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
+
+
 # ---- the command line (registered in fedapp.cli) ------------------------------------------------
 COMPARE_HELP = "run several strategies on identical data, budgets and seeds; one table and plot"
 
@@ -330,6 +418,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", default="", help="output folder (default ~/fedapp-runs/compare-<name>)"
     )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="run everything under N seeds (the configured one and the N - 1 after it); "
+        "tables give mean ± std",
+    )
     parser.add_argument("--client-cpus", type=float, default=1.0, help="CPUs per simulated client")
     parser.add_argument("--client-gpus", type=float, default=0.0, help="GPUs per simulated client")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
@@ -343,8 +438,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     only = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     comparison = load_comparison(args.comparison, args.set, only)
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds {args.seeds}: the number of seeds must be 1 or more")
     out_dir = Path(args.out or f"~/fedapp-runs/compare-{comparison.name}").expanduser().resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.seeds == 1:
+        return _run_one(args, comparison, out_dir)
+    per_seed = {}
+    for seed in comparison.seeds(args.seeds):
+        print(f"seed {seed}:", flush=True)
+        folder = seed_dir(out_dir, seed)
+        folder.mkdir(exist_ok=True)
+        if args.report_only and not collect_summaries(folder, comparison.strategies):
+            print(f"    no finished run in {folder}; left out", flush=True)
+            continue
+        per_seed[seed] = _run_one(args, comparison.with_seed(seed), folder)
+    if not per_seed:
+        raise ConfigError(f"no seed of comparison {comparison.name!r} has a finished run")
+    return write_seed_outputs(out_dir, comparison, per_seed)
+
+
+def _run_one(args: argparse.Namespace, comparison: Comparison, out_dir: Path) -> dict[str, Any]:
+    """One seed: run (or with --report-only collect) every strategy, then its tables."""
     if args.report_only:
         summaries = collect_summaries(out_dir, comparison.strategies)
     else:

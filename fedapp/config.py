@@ -112,14 +112,18 @@ class RunConfig:
     nas_keep: int
     nas_holdout: float
     nas_memory_mb: float
+    nas_duel_every: int
+    nas_warmup_steps: int
     kd_alpha: float
     kd_temperature: float
+    kd_steps: int
     teacher_beta: float
     ema_gamma: float
     logit_aggregation: str
     trim_fraction: float
     teacher_epochs: int
     teacher_model: str
+    teacher_folds: int
     # FedMD, FedDistill (public-set logit methods)
     alignment_size: int
     pretrain_public_epochs: int
@@ -240,6 +244,9 @@ _CHECKS: dict[str, Check] = {
     "nas_keep": _at_least(1),
     "nas_holdout": (lambda v: 0 < v <= 0.5, "in (0, 0.5]"),
     "nas_memory_mb": _at_least(0),
+    "nas_duel_every": _at_least(0),
+    "nas_warmup_steps": _at_least(0),
+    "kd_steps": _at_least(0),
     "kd_alpha": _at_least(0),
     "kd_temperature": _positive(),
     "teacher_beta": (lambda v: 0 <= v <= 1, "in [0, 1]"),
@@ -253,6 +260,7 @@ _CHECKS: dict[str, Check] = {
             "empty (the family's largest candidate) or a model name: " + ", ".join(model_names())
         ),
     ),
+    "teacher_folds": _at_least(1),
     # FedDF, Ditto
     "distill_steps": _at_least(1),
     "distill_eval_every": _at_least(1),
@@ -321,6 +329,12 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             "'subnet-sampling' = 'feast-transfer' is the FEAST authors' SuperFedNAS sampler "
             "(random architectures of the whole space); DeepFedNAS samples its cached path: "
             "use 'budget-constrained' or 'unconstrained'"
+        )
+    if cfg.strategy in ("fedkd-nas", "local-kd") and cfg.teacher_folds > max(cfg.public_size, 1):
+        problems.append(
+            f"'teacher-folds' = {cfg.teacher_folds} is larger than 'public-size' = "
+            f"{cfg.public_size}: every fold needs at least one public image, so allowed is 1 to "
+            "public-size"
         )
     if cfg.resume and not cfg.run_name:
         problems.append(

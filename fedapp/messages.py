@@ -59,3 +59,5 @@ LABEL_LOGITS = "label-logits"
 LABEL_COUNTS = "label-counts"
 GLOBAL_LOGITS = "global-logits"
 GLOBAL_PRESENT = "global-present"
+#: FedKD-NAS/Local-KD: why a round's student is what it is (reply metric ``nas-reason``: the index).
+NAS_REASONS = ("start", "incumbent", "duel-kept", "duel-switched")

@@ -18,12 +18,16 @@ from fedapp.compare import (
     PLOT_FILE,
     POINTS_FILE,
     REPORT_FILE,
+    SEEDS_PLOT_FILE,
     TABLE_FILE,
     collect_summaries,
     load_comparison,
+    mean_std_rows,
     method_row,
     parse_assignment,
+    seed_dir,
     write_outputs,
+    write_seed_outputs,
 )
 from fedapp.config import ConfigError, parse_run_config
 
@@ -110,6 +114,45 @@ def test_table_plot_and_scores_from_real_runs(tmp_path: Path) -> None:
     assert all(s["RES"] is not None and s["RES"] <= 1.0 for s in scores.values())
     assert fedavg["resources"]["cpu_percent_mean"] > 0  # metered on the clients
     assert "| fedavg |" in (tmp_path / REPORT_FILE).read_text()
+
+
+def test_mean_and_std_over_seeds() -> None:
+    seed_a = [{"method": "a", "test_accuracy": 0.80, "test_loss": None, "wall": 10}]
+    seed_b = [{"method": "a", "test_accuracy": 0.90, "test_loss": None, "wall": 14}]
+    (row,) = mean_std_rows([seed_a, seed_b])
+    assert row["seeds"] == 2 and row["test_loss"] is None  # no seed reports it
+    assert row["test_accuracy"] == pytest.approx(0.85)
+    assert row["test_accuracy_std"] == pytest.approx(0.0707107, rel=1e-5)  # sample std
+    assert (row["wall"], row["wall_std"]) == (pytest.approx(12.0), pytest.approx(2.828427))
+
+
+def test_several_seeds_from_real_runs(tmp_path: Path) -> None:
+    comparison = load_comparison("smoke-digits", sets=["num-server-rounds=1", "seed=3"])
+    assert comparison.seeds(2) == [3, 4]
+    per_seed = {}
+    for seed in comparison.seeds(2):
+        seeded = comparison.with_seed(seed)
+        folder = seed_dir(tmp_path, seed)
+        for strategy in seeded.strategies:
+            config = seeded.run_config(strategy)
+            assert config["seed"] == seed
+            run_local(config | {"out-dir": str(folder), "run-name": f"{strategy}/run"}, 4)
+        per_seed[seed] = write_outputs(folder, seeded, collect_summaries(folder, seeded.strategies))
+    result = write_seed_outputs(tmp_path, comparison, per_seed)
+    accuracies = {
+        seed: {r["method"]: r["test_accuracy"] for r in out["rows"]}
+        for seed, out in per_seed.items()
+    }
+    rows = {r["method"]: r for r in csv.DictReader((tmp_path / TABLE_FILE).open())}
+    for method in ("fedavg", "feast"):
+        values = [accuracies[3][method], accuracies[4][method]]
+        assert float(rows[method]["test_accuracy"]) == pytest.approx(sum(values) / 2)
+        assert float(rows[method]["test_accuracy_std"]) == pytest.approx(
+            abs(values[0] - values[1]) / 2**0.5
+        )
+        assert rows[method]["seeds"] == "2"
+    assert (tmp_path / SEEDS_PLOT_FILE).stat().st_size > 0
+    assert " ± " in result["report"] and "| fedavg | 2 |" in result["report"]
 
 
 def test_compare_command_with_flwr_run(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -12,21 +13,27 @@ import torch
 from flwr.app import RecordDict
 from local_grid import run_config, run_local
 
-from fedapp.clients.fedkd_nas import train_with_kd
+from fedapp.clients.fedkd_nas import kd_schedule, train_with_kd
 from fedapp.clients.nas import (
+    Measured,
     NasHistory,
-    choose,
+    challenger,
+    decide,
+    duel_due,
     feasible_candidates,
     holdout_split,
+    incumbent,
     keep_weights,
-    record,
+    required_gain,
     warm_start,
 )
 from fedapp.config import parse_run_config
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
+from fedapp.profiles import NodeRegistry
 from fedapp.records import from_record
+from fedapp.strategies.fedkd_nas import FedKDNASStrategy, teacher_folds
 from fedapp.training.distillation import endless, kd_loss
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 
@@ -93,10 +100,40 @@ def test_kd_term_pulls_the_students_public_logits_to_the_target() -> None:
     public = endless([(x_pub[i : i + 8], target[i : i + 8]) for i in range(0, 32, 8)])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     stats, seen = train_with_kd(
-        model, private, public, optimizer, 3, torch.device("cpu"), alpha=5.0, temperature=2.0
+        model, private, public, optimizer, 3, torch.device("cpu"), 5.0, 2.0, kd_steps=0
     )
     assert (stats.examples, seen, stats.steps) == (480, 480, 60)
     assert kd_loss(model(x_pub), target).item() < 0.2 * before
+
+
+def test_kd_steps_per_epoch_do_not_depend_on_the_shard_size() -> None:
+    """A client with 28 private images gets the same KD as one with 448 (kd-steps = 16)."""
+    torch.manual_seed(0)
+    x_pub, target = torch.randn(64, 1, 2, 2), torch.randn(64, 3)
+    seen_by_shard = {}
+    for shard in (28, 448):
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        private = [
+            (torch.randn(len(ids), 1, 2, 2), torch.randint(0, 3, (len(ids),)))
+            for ids in torch.arange(shard).split(16)
+        ]
+        public = endless([(x_pub[i : i + 16], target[i : i + 16]) for i in range(0, 64, 16)])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        stats, seen = train_with_kd(
+            model, private, public, optimizer, 2, torch.device("cpu"), 0.5, 1.0, kd_steps=16
+        )
+        seen_by_shard[shard] = seen
+        assert stats.examples == 2 * shard  # every private image, every epoch
+        assert stats.steps == 2 * max(len(private), 16)
+    assert seen_by_shard == {28: 2 * 16 * 16, 448: 2 * 16 * 16}
+    # the schedule: every private batch once, exactly kd_steps public batches, spread evenly
+    for batches in (0, 2, 16, 28, 100):
+        plan = kd_schedule(batches, 16)
+        assert sum(p for p, _ in plan) == batches and sum(k for _, k in plan) == 16
+        assert len(plan) == max(batches, 16)
+    assert kd_schedule(2, 4) == [(True, True), (False, True), (True, True), (False, True)]
+    # the first version's rule (kd-steps = 0) shrinks with the shard: 2 vs 28 KD steps
+    assert [sum(k for _, k in kd_schedule(b, 0)) for b in (2, 28)] == [2, 28]
 
 
 # ---- NAS controller ------------------------------------------------------------------------
@@ -120,47 +157,46 @@ def test_feasible_set_respects_mac_and_memory_budgets() -> None:
         feasible_candidates(cfg, DIGITS, 5e3)
 
 
-def _simulate(budget: float, rounds: int, margin: float, accuracy) -> list[str]:
-    """The controller's choices over rounds when candidate a reaches accuracy(a, round)."""
-    cfg = _cfg()
-    feasible = feasible_candidates(cfg, DIGITS, budget)
-    history, chosen = NasHistory(), []
-    for r in range(rounds):
-        name = choose(feasible, history, budget, lam=0.1, margin=margin).candidate.name
-        record(history, name, accuracy(name, r))
-        chosen.append(name)
-    return chosen
+def test_a_duel_compares_equal_training_only_and_needs_more_than_one_holdout_image() -> None:
+    small, large = LENET[0], LENET[3]
+    budget = 3e5  # cost 0.1 * MACs / budget: x0.25 0.0026, x2.0 0.0818
+    fresh = Measured(0.90, steps=12, round=7)
+    with pytest.raises(ValueError, match="equal training"):
+        decide(large, fresh, small, Measured(0.95, steps=2, round=7), budget, 0.1, 0.02)
+    with pytest.raises(ValueError, match="equal training"):  # a stale score: another round
+        decide(large, fresh, small, Measured(0.99, steps=12, round=3), budget, 0.1, 0.02)
+    # the small one scores 0.9374 - 0.0026 vs 0.90 - 0.0818: a gain of 0.116 > 0.02: switch
+    switch = decide(large, fresh, small, Measured(0.9374, 12, 7), budget, 0.1, 0.02)
+    assert (switch.winner, switch.rival, switch.reason) == (small.name, large.name, "duel-switched")
+    # a gain below the required one keeps the incumbent
+    keep = decide(large, fresh, small, Measured(0.80, 12, 7), budget, 0.1, 0.02)
+    assert (keep.winner, keep.reason) == (large.name, "duel-kept")
+    assert keep.score == pytest.approx(0.90 - 0.1 * large.macs / budget)
+    # the margin is never finer than one hold-out example: 3 images -> 1/3
+    assert required_gain(0.02, 3) == pytest.approx(1 / 3) and required_gain(0.02, 500) == 0.02
 
 
-def test_controller_choices_differ_by_budget_and_are_stable_across_rounds() -> None:
-    true_accuracy = {
-        "lenet5-x0.25": 0.80,
-        "lenet5-x0.5": 0.85,
-        "lenet5-x1.0": 0.90,
-        "lenet5-x2.0": 0.92,
+def test_controller_starts_at_the_largest_feasible_and_duels_the_stalest_rival() -> None:
+    feasible, history = LENET, NasHistory()
+    start, why = incumbent(feasible, history)
+    assert (start.name, why) == ("lenet5-x2.0", "start")
+    history.incumbent = start.name
+    assert incumbent(feasible, history) == (start, "incumbent")
+    # never-measured rivals first, the larger first; then the one measured longest ago
+    assert challenger(feasible, start, history).name == "lenet5-x1.0"
+    history.measured = {
+        "lenet5-x1.0": Measured(0.9, 10, round=8),
+        "lenet5-x0.5": Measured(0.9, 10, round=4),
+        "lenet5-x0.25": Measured(0.9, 10, round=6),
     }
-
-    names = list(true_accuracy)
-
-    def noisy(name: str, r: int) -> float:  # hold-out measurement noise, uniform +-0.01
-        noise = np.random.default_rng([r, names.index(name)]).uniform(-0.01, 0.01)
-        return true_accuracy[name] + noise
-
-    poor, rich = _simulate(2e4, 30, 0.02, noisy), _simulate(3e5, 30, 0.02, noisy)
-    # first round: the largest feasible; then the untried ones are explored, cheapest first
-    assert poor[:2] == ["lenet5-x0.5", "lenet5-x0.25"]
-    assert rich[:4] == ["lenet5-x2.0", "lenet5-x0.25", "lenet5-x0.5", "lenet5-x1.0"]
-    # settled: accuracy - 0.1 * MACs / budget is best at x0.25 (poor) and x1.0 (rich)
-    assert set(poor[1:]) == {"lenet5-x0.25"} and set(rich[3:]) == {"lenet5-x1.0"}
-    # the hysteresis margin is what keeps it there: at this budget x1.0 and x2.0 score the same
-    # up to noise; without a margin noise alone makes the choice switch, with it it never does
-    tie_budget = 0.1 * (LENET[3].macs - LENET[2].macs) / 0.02
-
-    def switches(choices: list[str]) -> int:
-        return sum(a != b for a, b in itertools.pairwise(choices[4:]))
-
-    assert switches(_simulate(tie_budget, 60, 0.02, noisy)) == 0
-    assert switches(_simulate(tie_budget, 60, 0.0, noisy)) >= 1
+    assert challenger(feasible, start, history).name == "lenet5-x0.5"
+    # every 3rd round this client trains is a duel; never with one candidate or duel-every 0
+    due = []
+    for _ in range(7):
+        due.append(duel_due(history, feasible, 3))
+        history.rounds_trained += 1
+    assert due == [False, False, True, False, False, True, False]
+    assert not duel_due(history, LENET[:1], 1) and not duel_due(history, feasible, 0)
 
 
 def test_warm_start_restores_weights_and_evicts_the_least_recently_used() -> None:
@@ -172,7 +208,8 @@ def test_warm_start_restores_weights_and_evicts_the_least_recently_used() -> Non
     keep_weights(state, history, "a", weights["a"], keep=2)  # 'a' used again: 'b' is older
     keep_weights(state, history, "c", weights["c"], keep=2)
     assert warm_start(state, "b") is None and history.kept == ["a", "c"]
-    record(history, "c", 0.5)
+    history.measured["c"] = Measured(0.5, 12, 3)
+    history.incumbent, history.rounds_trained = "c", 4
     history.save(state)
     assert NasHistory.load(state) == history
 
@@ -187,9 +224,9 @@ def test_holdout_split_is_fixed_and_disjoint() -> None:
 
 
 # ---- end to end ----------------------------------------------------------------------------
-def _run(tmp_path, strategy: str, rounds: int = 2):
+def _run(tmp_path, strategy: str, rounds: int = 2, **overrides):
     config = run_config(
-        **(FAST | {"strategy": strategy, "num_server_rounds": rounds})
+        **(FAST | {"strategy": strategy, "num_server_rounds": rounds} | overrides)
         | {"out_dir": str(tmp_path), "run_name": strategy}
     )
     summary, grid = run_local(config, num_nodes=3)
@@ -215,21 +252,72 @@ def test_fedkd_nas_two_rounds_on_digits(tmp_path) -> None:
     assert {"accuracy", "macs", "multiplier"} <= set(clients[0])
     last = {row["partition"]: row["candidate"] for row in choices if row["round"] == "2"}
     assert {row["partition"]: row["candidate"] for row in clients} == last
+    # every round's row says where Z~ stands between the D_pub labels, the clients and P_T
+    rows = [json.loads(line) for line in (tmp_path / "fedkd-nas" / "metrics.jsonl").open()]
+    keys = ("target-label-agreement", "target-clients-agreement", "clients-label-agreement")
+    for row in rows:
+        assert all(0.0 <= row[key] <= 1.0 for key in (*keys, "teacher-label-agreement"))
+    assert rows[0]["teacher-label-agreement"] < 1.0  # cross-fitted: P_T is not the labels
 
 
-def test_in_a_federation_choices_differ_by_budget_and_settle_after_exploring(tmp_path) -> None:
-    _, _, choices = _run(tmp_path, "fedkd-nas", rounds=7)
-    by_partition = {
-        p: [row["candidate"] for row in choices if row["partition"] == p] for p in "012"
-    }
+def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_training(
+    tmp_path,
+) -> None:
+    """Duels every 2nd round a client trains: each compares two scores of the same round after
+    the same steps, the better one (by more than the required gain) is next round's student."""
+    _, _, choices = _run(tmp_path, "fedkd-nas", rounds=7, nas_duel_every=2)
     budgets = {"0": 183_618, "1": 300_000, "2": 10_000}
-    for partition, sequence in by_partition.items():
-        feasible = [c.name for c in LENET if c.macs <= budgets[partition]]
-        # rounds 1..|feasible|: the largest, then each untried one; afterwards no switch
-        assert set(sequence[: len(feasible)]) == set(feasible)
-        assert len(set(sequence[len(feasible) :])) == 1, (partition, sequence)
-    finals = {sequence[-1] for sequence in by_partition.values()}
-    assert by_partition["2"][-1] == "lenet5-x0.25" and len(finals) >= 2
+    holdout = {p: len(_client_holdout(int(p))) for p in budgets}
+    duels = [row for row in choices if row["rival"]]
+    assert len(duels) >= 6
+    for row in duels:
+        assert int(row["nas-steps"]) == int(float(row["nas-rival-steps"])) > 0
+        gain = float(row["nas-score"]) - float(row["nas-rival-score"])
+        if row["reason"] == "duel-switched":
+            assert gain > required_gain(0.02, holdout[row["partition"]])
+        else:
+            assert row["reason"] == "duel-kept" and gain >= -required_gain(
+                0.02, holdout[row["partition"]]
+            )
+    for partition, budget in budgets.items():
+        rows = [row for row in choices if row["partition"] == partition]
+        feasible = [c.name for c in LENET if c.macs <= budget]
+        assert rows[0]["candidate"] == feasible[-1] and rows[0]["reason"] == "start"
+        for before, after in itertools.pairwise(rows):  # each round trains the last winner
+            trained = after["rival"] if after["reason"] == "duel-switched" else after["candidate"]
+            assert trained == before["candidate"]
+        rivals = [row["rival"] for row in rows if row["rival"]]
+        assert len(set(rivals)) == min(len(rivals), len(feasible) - 1)  # a new rival each duel
+
+
+def _client_holdout(partition: int) -> np.ndarray:
+    from fedapp.federated_data import client_shard
+
+    cfg = _cfg()
+    _, held = holdout_split(client_shard(cfg, partition), cfg.nas_holdout, cfg.seed, partition)
+    return held.labels
+
+
+def test_the_teacher_never_labels_an_image_it_was_trained_on() -> None:
+    for size, folds in ((200, 2), (7, 3)):
+        splits = teacher_folds(size, folds, seed=5)
+        labelled = np.concatenate([lab for _, lab in splits])
+        assert sorted(labelled) == list(range(size))  # every image labelled exactly once
+        for trained_on, lab in splits:
+            assert not set(trained_on) & set(lab)
+            assert len(trained_on) + len(lab) == size
+    # the first version (1 fold): one teacher on all of D_pub, labelling its own training images
+    ((trained_on, lab),) = teacher_folds(5, 1, seed=5)
+    assert list(trained_on) == list(lab) == [0, 1, 2, 3, 4]
+    # measured on real digits: fitted to D_pub it reproduces the labels; cross-fitted it does not
+    agreement = {}
+    for folds in (1, 2):
+        cfg = _cfg(strategy="fedkd-nas", teacher_folds=folds)
+        strategy = FedKDNASStrategy(cfg, NodeRegistry())
+        p_t = strategy.initial_state()["teacher"]
+        agreement[folds] = float(np.mean(p_t.argmax(axis=1) == strategy.public_labels))
+        assert len(strategy.teachers) == folds
+    assert agreement[1] == 1.0 and 0.5 < agreement[2] < 1.0, agreement
 
 
 def test_local_kd_receives_the_teacher_once_and_sends_nothing(tmp_path) -> None:

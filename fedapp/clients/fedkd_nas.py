@@ -1,145 +1,292 @@
 """FedKD-NAS and Local-KD clients: pick an architecture, train CE + alpha * KD, share only logits.
 
-Every round the NAS controller (fedapp.clients.nas) picks the student from the feasible
-candidates; it trains on the private shard (less the controller's hold-out) with, per private
-batch, one batch of public images whose targets are the server's smoothed logits Z~ (paper:
-L = CE + alpha * KD). FedKD-NAS then uploads the student's logits on the whole public set.
-Local-KD (ours, the no-coordination ablation) receives the teacher's logits once, keeps them in
-the node's state and never uploads anything.
+Every round the NAS controller (fedapp.clients.nas) settles the student: the incumbent, and in a
+duel round also a warm-started challenger trained on the same batches. Training is CE on the
+private shard (less the controller's hold-out) + alpha * KD on public images whose targets are the
+server's smoothed logits Z~ (paper: L = CE + alpha * KD), with ``kd-steps`` public batches per
+local epoch whatever the shard's size (0: one per private batch, the first version, which gave a
+client with 28 images two KD steps a round). FedKD-NAS then uploads the student's logits on the
+whole public set. Local-KD (ours, the no-coordination ablation) receives the teacher's logits once,
+keeps them in the node's state and never uploads anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
-from torch.utils.data import DataLoader
 
 from fedapp.clients.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.clients.nas import (
+    Measured,
     NasHistory,
-    choose,
+    challenger,
+    decide,
+    duel_due,
     feasible_candidates,
     holdout_split,
+    incumbent,
     keep_weights,
-    record,
+    required_gain,
+    score,
     warm_start,
 )
 from fedapp.config import RunConfig
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.federated_data import dataset_info, public_images
-from fedapp.messages import ARRAYS, CONFIG, LEARNING_RATE, LOGITS, METRICS, SERVER_ROUND, TARGET
-from fedapp.models.families import build_candidate, describe
+from fedapp.messages import (
+    ARRAYS,
+    CONFIG,
+    LEARNING_RATE,
+    LOGITS,
+    METRICS,
+    NAS_REASONS,
+    SERVER_ROUND,
+    TARGET,
+)
+from fedapp.models.families import Candidate, build_candidate, describe
 from fedapp.profiles import LocalNode
 from fedapp.records import from_record, load_state, to_record
 from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
 from fedapp.training.loops import (
     TrainStats,
-    backward,
     eval_loader,
     evaluate,
     resolve_device,
     seed_local_work,
     sgd,
-    train_epochs,
     train_loader,
     train_supervised,
 )
 from fedapp.training.train_metrics import train_metrics
 
+NO_RIVAL = -1.0  # rival metrics of a round without a duel
+WARMUP_STREAM = 1  # seeds the challenger's warm-up apart from the round's training
+
+
+def kd_schedule(private_batches: int, kd_steps: int) -> list[tuple[bool, bool]]:
+    """(takes a private batch, takes a public batch) for each optimizer step of one epoch.
+
+    ``kd_steps`` = 0 pairs one public batch with every private batch (the first version). Else
+    the epoch has max(private batches, kd_steps) steps: every private batch once and exactly
+    ``kd_steps`` public batches, each spread evenly, so the KD a client gets does not shrink with
+    its shard.
+    """
+    if kd_steps == 0:
+        return [(True, True)] * private_batches
+    total = max(private_batches, kd_steps)
+    private_at = {k * total // private_batches for k in range(private_batches)}
+    public_at = {k * total // kd_steps for k in range(kd_steps)}
+    return [(step in private_at, step in public_at) for step in range(total)]
+
 
 def train_with_kd(
     model: nn.Module,
-    private: DataLoader,
+    private: Iterable[tuple[torch.Tensor, torch.Tensor]],
     public: Iterator[tuple[torch.Tensor, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     epochs: int,
     device: torch.device,
     alpha: float,
     temperature: float,
+    kd_steps: int,
 ) -> tuple[TrainStats, int]:
-    """CE on each private batch + alpha * KD on one public batch; (stats, public images seen).
+    """CE on private batches + alpha * KD on public ones, scheduled by :func:`kd_schedule`;
+    (stats, public images seen). Stats count private examples; the loss is the mean per step.
 
-    Both batches go through one forward pass, so BN sees private and public images together.
+    A step with both batches runs one forward pass, so BN sees private and public images together.
     """
-    public_seen = 0
+    start = time.perf_counter()
+    model.to(device).train()
+    batches_per_epoch = len(private)  # type: ignore[arg-type]
+    loss_sum, examples, steps, public_seen = 0.0, 0, 0, 0
+    for _ in range(epochs):
+        batches = iter(private)
+        for use_private, use_public in kd_schedule(batches_per_epoch, kd_steps):
+            parts, loss = [], torch.zeros((), device=device)
+            if use_private:
+                x, y = next(batches)
+                parts.append(x)
+            if use_public:
+                xp, target = next(public)
+                parts.append(xp)
+            logits = model(torch.cat(parts).to(device))
+            if use_private:
+                loss = nn.functional.cross_entropy(logits[: len(y)], y.to(device))
+                examples += len(y)
+            if use_public:
+                kd = kd_loss(logits[len(logits) - len(xp) :], target.to(device), temperature)
+                loss = loss + alpha * kd
+                public_seen += len(xp)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item()
+            steps += 1
+    seconds = time.perf_counter() - start
+    return TrainStats(loss_sum / max(steps, 1), examples, steps, seconds), public_seen
 
-    def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:
-        nonlocal public_seen
-        xp, target = next(public)
-        xp, target = xp.to(device), target.to(device)
-        public_seen += len(xp)
-        logits = model(torch.cat([x, xp]))
-        ce = nn.functional.cross_entropy(logits[: len(x)], y)
-        return ce + alpha * kd_loss(logits[len(x) :], target, temperature)
 
-    stats = train_epochs(model, private, optimizer, backward(loss_of), epochs=epochs, device=device)
-    return stats, public_seen
+@dataclass(frozen=True)
+class Trained:
+    """One candidate after this round's local training."""
+
+    candidate: Candidate
+    model: nn.Module
+    measured: Measured
+    stats: TrainStats
+    public_seen: int  # public images in KD steps, warm-up included
+    warm_start: bool  # started from kept weights
+
+
+class RoundTrainer:
+    """One client's round: the same batches, steps and KD target for every candidate it trains."""
+
+    def __init__(
+        self, message: Message, cfg: RunConfig, node: LocalNode, target: np.ndarray | None
+    ) -> None:
+        self.cfg, self.node, self.target = cfg, node, target
+        self.info = dataset_info(cfg)
+        self.round = int(message.content[CONFIG][SERVER_ROUND])
+        self.lr = float(message.content[CONFIG][LEARNING_RATE])
+        self.device = resolve_device(cfg.device)
+        self.train_part, self.holdout = holdout_split(
+            node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
+        )
+
+    def _seeded(self, *stream: int) -> torch.Generator:
+        return seed_local_work(self.cfg.seed, self.round, self.node.partition_id, *stream)
+
+    def _public(self, target: np.ndarray, generator: torch.Generator) -> Iterator:
+        loader = target_loader(
+            public_images(self.cfg), target, self.info, self.cfg.batch_size, generator
+        )
+        return endless(loader)
+
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return sgd(model, self.lr, self.cfg.momentum, self.cfg.weight_decay)
+
+    def train(self, candidate: Candidate, warmup_target: np.ndarray | None = None) -> Trained:
+        """Build (kept weights when there are), optionally warm up by KD on the public set
+        towards ``warmup_target``, then the round's local training and the hold-out score."""
+        cfg = self.cfg
+        self._seeded()
+        model = build_candidate(candidate.name, self.info)
+        kept = warm_start(self.node.state, candidate.name)
+        if kept is not None:
+            load_state(model, kept)
+        public_seen = 0
+        if warmup_target is not None and cfg.nas_warmup_steps > 0:
+            public = self._public(warmup_target, self._seeded(WARMUP_STREAM))
+            _, public_seen = train_with_kd(
+                model,
+                [],
+                public,
+                self._optimizer(model),
+                1,
+                self.device,
+                1.0,
+                cfg.kd_temperature,
+                cfg.nas_warmup_steps,
+            )
+        generator = self._seeded()  # the same batches for every candidate of this round
+        private = train_loader(self.train_part, self.info, cfg.batch_size, generator)
+        optimizer = self._optimizer(model)
+        if self.target is None:
+            stats = train_supervised(model, private, optimizer, cfg.local_epochs, self.device)
+        else:
+            stats, seen = train_with_kd(
+                model,
+                private,
+                self._public(self.target, generator),
+                optimizer,
+                cfg.local_epochs,
+                self.device,
+                cfg.kd_alpha,
+                cfg.kd_temperature,
+                cfg.kd_steps,
+            )
+            public_seen += seen
+        loader = eval_loader(self.holdout, self.info, EVAL_BATCH_SIZE)
+        accuracy = evaluate(model, loader, self.device)["accuracy"]
+        return Trained(
+            candidate,
+            model,
+            Measured(accuracy, stats.steps, self.round),
+            stats,
+            public_seen,
+            kept is not None,
+        )
+
+    def warmup_target(self, trained: Trained) -> np.ndarray:
+        """What a challenger distils from before its duel: Z~ when there is one, else the
+        incumbent's own logits on the public set."""
+        if self.target is not None:
+            return self.target
+        return predict_logits(trained.model, public_images(self.cfg), self.info, self.device)
 
 
 def local_round(
     message: Message, cfg: RunConfig, node: LocalNode, target: np.ndarray | None
 ) -> tuple[nn.Module, dict[str, float | int]]:
-    """Choose, warm-start, train (with KD when there is a target) and score this round's
-    student; returns it and the reply metrics (the choice and its score included)."""
-    info = dataset_info(cfg)
-    server_round = int(message.content[CONFIG][SERVER_ROUND])
-    lr = float(message.content[CONFIG][LEARNING_RATE])
-    device = resolve_device(cfg.device)
+    """Train the incumbent (and in a duel round a challenger), settle the student and keep what
+    the controller learnt; returns the student and the reply metrics (choice, scores, reason)."""
+    trainer = RoundTrainer(message, cfg, node, target)
     history = NasHistory.load(node.state)
-    choice = choose(
-        feasible_candidates(cfg, info, node.budget),
-        history,
-        node.budget,
-        cfg.nas_lambda,
-        cfg.nas_margin,
-    )
-    name = choice.candidate.name
-    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
-    model = build_candidate(name, info)
-    kept = warm_start(node.state, name)
-    if kept is not None:
-        load_state(model, kept)
-    train_part, holdout = holdout_split(
-        node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
-    )
-    private = train_loader(train_part, info, cfg.batch_size, generator)
-    optimizer = sgd(model, lr, cfg.momentum, cfg.weight_decay)
-    if target is None:
-        stats, public_seen = (
-            train_supervised(model, private, optimizer, cfg.local_epochs, device),
-            0,
+    feasible = feasible_candidates(cfg, trainer.info, node.budget)
+    current, reason = incumbent(feasible, history)
+    duel = duel_due(history, feasible, cfg.nas_duel_every)
+    mine = trainer.train(current)
+    runs = [mine]
+    student, rival = mine, None
+    student_score = score(current, mine.measured.accuracy, node.budget, cfg.nas_lambda)
+    rival_score = NO_RIVAL
+    if duel:
+        rival = trainer.train(challenger(feasible, current, history), trainer.warmup_target(mine))
+        runs.append(rival)
+        decision = decide(
+            current,
+            mine.measured,
+            rival.candidate,
+            rival.measured,
+            node.budget,
+            cfg.nas_lambda,
+            required_gain(cfg.nas_margin, len(trainer.holdout.labels)),
         )
-    else:
-        public = target_loader(public_images(cfg), target, info, cfg.batch_size, generator)
-        stats, public_seen = train_with_kd(
-            model,
-            private,
-            endless(public),
-            optimizer,
-            cfg.local_epochs,
-            device,
-            cfg.kd_alpha,
-            cfg.kd_temperature,
-        )
-    accuracy = evaluate(model, eval_loader(holdout, info, EVAL_BATCH_SIZE), device)["accuracy"]
-    record(history, name, accuracy)
-    keep_weights(node.state, history, name, model.state_dict(), cfg.nas_keep)
+        if decision.winner != current.name:
+            student, rival = rival, mine
+        student_score, rival_score, reason = decision.score, decision.rival_score, decision.reason
+    for run in sorted(runs, key=lambda r: r is student):  # the student is kept last (most recent)
+        history.measured[run.candidate.name] = run.measured
+        keep_weights(node.state, history, run.candidate.name, run.model.state_dict(), cfg.nas_keep)
+    switched = student.candidate.name != history.incumbent
+    history.incumbent = student.candidate.name
+    history.rounds_trained += 1
     history.save(node.state)
-    macs = choice.candidate.macs
-    forward_macs = macs * (stats.examples + public_seen)
-    metrics = train_metrics(len(private.dataset), stats, stats.seconds, forward_macs) | {
-        "nas-multiplier": choice.candidate.multiplier,
-        "nas-macs": macs,
-        "nas-score": choice.score,
-        "nas-switched": int(choice.switched),
-        "nas-warm-start": int(kept is not None),
-        "nas-holdout-accuracy": accuracy,
+    examples = sum(r.stats.examples for r in runs)
+    seconds = sum(r.stats.seconds for r in runs)
+    forward_macs = sum(r.candidate.macs * (r.stats.examples + r.public_seen) for r in runs)
+    stats = TrainStats(student.stats.loss, examples, sum(r.stats.steps for r in runs), seconds)
+    metrics = train_metrics(len(trainer.train_part.labels), stats, seconds, forward_macs) | {
+        "nas-multiplier": student.candidate.multiplier,
+        "nas-macs": student.candidate.macs,
+        "nas-score": student_score,
+        "nas-switched": int(switched),
+        "nas-warm-start": int(student.warm_start),
+        "nas-holdout-accuracy": student.measured.accuracy,
+        "nas-steps": student.measured.steps,
+        "nas-reason": NAS_REASONS.index(reason),
+        "nas-rival-multiplier": rival.candidate.multiplier if rival else NO_RIVAL,
+        "nas-rival-score": rival_score,
+        "nas-rival-steps": rival.measured.steps if rival else NO_RIVAL,
+        "nas-rival-accuracy": rival.measured.accuracy if rival else NO_RIVAL,
     }
-    return model, metrics
+    return student.model, metrics
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

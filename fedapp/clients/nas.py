@@ -1,17 +1,23 @@
 """The client NAS controller of FedKD-NAS (spec fedkd-nas.md, "Client NAS controller"; rule: ours).
 
-Every round a client picks the architecture it trains from the run's candidate family:
+Every round a client trains one architecture from the run's candidate family:
 - feasible set: candidates whose forward MACs fit the client's budget and whose training-memory
   estimate fits ``nas-memory-mb`` (0: no memory limit; the same for every client);
-- first round: the largest feasible candidate;
-- score(a) = hold-out accuracy of a after its last local training - lambda * MACs(a) / budget;
-  a candidate never trained scores as if its accuracy were 1 (optimism: each gets tried once
-  unless its cost alone rules it out);
-- hysteresis: the incumbent (last round's choice) is kept unless the best score beats its score
-  by more than the margin delta, so the choice does not oscillate between near-equal candidates.
-The client keeps the weights of at most ``nas-keep`` candidates it trained (least recently used
-evicted) and warm-starts from them. All of it lives in the node's Flower state, so it survives
-between rounds in simulation and on a device.
+- it starts at its largest feasible candidate (what its budget affords, before any score exists)
+  and keeps training that incumbent;
+- every ``nas-duel-every``-th round the client trains, it also trains one challenger in a duel:
+  the rival whose last measurement is the oldest (never measured first, larger first), warm-started
+  from its kept weights and ``nas-warmup-steps`` KD steps on the public set, then given exactly the
+  incumbent's local training of that round (same batches, same steps);
+- score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget; the challenger replaces
+  the incumbent only if it beats it by more than the margin, and the margin is never finer than
+  one hold-out example (1 / hold-out size), so a switch is never decided by the hold-out's noise.
+Decisions only ever compare two scores measured in the same round after the same number of
+training steps; older measurements only decide which rival duels next (stale ones first), so an
+untrained or stale score cannot lock a client in (the first version, which tried each candidate
+once from scratch and kept stale scores, left half the clients on the smallest candidate).
+The client keeps the weights of at most ``nas-keep`` candidates (least recently used evicted). All
+of it lives in the node's Flower state, so it survives between rounds in simulation and on a device.
 """
 
 from __future__ import annotations
@@ -31,16 +37,24 @@ from fedapp.run_models import BYTES_PER_MB, memory_budget, run_candidates, run_f
 
 HISTORY_KEY = "nas-history"
 WEIGHTS_KEY = "nas-weights:"  # + candidate name
-#: Accuracy assumed for a candidate the client has not trained yet.
-OPTIMISTIC_ACCURACY = 1.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A candidate's hold-out accuracy and the training that produced it."""
+
+    accuracy: float
+    steps: int  # local training steps of the round it was measured in
+    round: int  # that server round
 
 
 @dataclass
 class NasHistory:
     """What a client remembers about its candidates between rounds."""
 
-    accuracy: dict[str, float] = field(default_factory=dict)  # last hold-out accuracy per name
-    incumbent: str = ""  # last round's choice ("" before the first)
+    measured: dict[str, Measured] = field(default_factory=dict)  # last measurement per name
+    incumbent: str = ""  # the current student ("" before the first round)
+    rounds_trained: int = 0  # rounds this client has trained (the duel schedule counts them)
     kept: list[str] = field(default_factory=list)  # names with kept weights, least recent first
 
     @classmethod
@@ -48,31 +62,39 @@ class NasHistory:
         values = load_values(state, HISTORY_KEY)
         if values is None:
             return cls()
-        names, scores = list(values["tried"]), list(values["tried-accuracy"])
-        accuracy = dict(zip(names, map(float, scores), strict=True))
-        return cls(accuracy, str(values["incumbent"]), list(values["kept"]))
+        columns = zip(
+            values["names"], values["accuracy"], values["steps"], values["rounds"], strict=True
+        )
+        measured = {str(n): Measured(float(a), int(s), int(r)) for n, a, s, r in columns}
+        return cls(
+            measured, str(values["incumbent"]), int(values["rounds-trained"]), list(values["kept"])
+        )
 
     def save(self, state: RecordDict) -> None:
         save_values(
             state,
             HISTORY_KEY,
             {
-                "tried": list(self.accuracy),
-                "tried-accuracy": list(self.accuracy.values()),
+                "names": list(self.measured),
+                "accuracy": [m.accuracy for m in self.measured.values()],
+                "steps": [m.steps for m in self.measured.values()],
+                "rounds": [m.round for m in self.measured.values()],
                 "incumbent": self.incumbent,
+                "rounds-trained": self.rounds_trained,
                 "kept": self.kept,
             },
         )
 
 
 @dataclass(frozen=True)
-class Choice:
-    """The architecture picked for this round and why."""
+class Decision:
+    """The outcome of a duel: who stays the student, both scores, and why."""
 
-    candidate: Candidate
+    winner: str
     score: float
-    switched: bool  # differs from the incumbent
-    untried: bool  # scored optimistically
+    rival: str
+    rival_score: float
+    reason: str  # "duel-kept" or "duel-switched"
 
 
 def feasible_candidates(cfg: RunConfig, info: DatasetInfo, budget: float) -> list[Candidate]:
@@ -89,39 +111,68 @@ def feasible_candidates(cfg: RunConfig, info: DatasetInfo, budget: float) -> lis
     return fitting
 
 
-def score(candidate: Candidate, history: NasHistory, budget: float, lam: float) -> float:
-    """Hold-out accuracy (optimistic if untried) minus lambda * the share of budget it uses."""
-    accuracy = history.accuracy.get(candidate.name, OPTIMISTIC_ACCURACY)
+def score(candidate: Candidate, accuracy: float, budget: float, lam: float) -> float:
+    """Hold-out accuracy minus lambda * the share of the budget the candidate uses."""
     return accuracy - lam * candidate.macs / budget
 
 
-def choose(
-    feasible: Sequence[Candidate], history: NasHistory, budget: float, lam: float, margin: float
-) -> Choice:
-    """The best-scoring feasible candidate, unless the incumbent is within ``margin`` of it
-    (ties between scores go to the cheaper candidate). A client without an incumbent starts from
-    the largest feasible candidate: what its budget affords, before any score exists."""
-    scores = {c.name: score(c, history, budget, lam) for c in feasible}
-    best = max(feasible, key=lambda c: (scores[c.name], -c.macs))
-    incumbent = next((c for c in feasible if c.name == history.incumbent), None)
-    if not history.accuracy:
-        picked = max(feasible, key=lambda c: c.macs)
-    elif incumbent is not None and scores[best.name] <= scores[incumbent.name] + margin:
-        picked = incumbent
-    else:
-        picked = best
-    return Choice(
-        candidate=picked,
-        score=scores[picked.name],
-        switched=picked.name != history.incumbent,
-        untried=picked.name not in history.accuracy,
-    )
+def incumbent(feasible: Sequence[Candidate], history: NasHistory) -> tuple[Candidate, str]:
+    """This round's student before any duel and why: the incumbent, or at the start (or should
+    the incumbent no longer be feasible) the largest feasible candidate."""
+    current = next((c for c in feasible if c.name == history.incumbent), None)
+    if current is not None:
+        return current, "incumbent"
+    return max(feasible, key=lambda c: c.macs), "start"
 
 
-def record(history: NasHistory, name: str, holdout_accuracy: float) -> None:
-    """After training ``name``: its new hold-out accuracy; it becomes the incumbent."""
-    history.accuracy[name] = holdout_accuracy
-    history.incumbent = name
+def duel_due(history: NasHistory, feasible: Sequence[Candidate], duel_every: int) -> bool:
+    """Whether the round about to be trained is a duel round (every ``duel_every``-th of this
+    client's rounds; 0 never; never with a single feasible candidate)."""
+    if duel_every == 0 or len(feasible) < 2:
+        return False
+    return (history.rounds_trained + 1) % duel_every == 0
+
+
+def challenger(feasible: Sequence[Candidate], current: Candidate, history: NasHistory) -> Candidate:
+    """The rival measured longest ago (never measured first; ties: the larger first), so every
+    rival's measurement is refreshed in turn instead of going stale."""
+    rivals = [c for c in feasible if c.name != current.name]
+    never = -1
+
+    def age(c: Candidate) -> tuple[int, int]:
+        measured = history.measured.get(c.name)
+        return (measured.round if measured else never, -c.macs)
+
+    return min(rivals, key=age)
+
+
+def required_gain(margin: float, holdout_size: int) -> float:
+    """The score gain a challenger needs: the margin, but never less than one hold-out example."""
+    return max(margin, 1.0 / holdout_size)
+
+
+def decide(
+    current: Candidate,
+    current_result: Measured,
+    rival: Candidate,
+    rival_result: Measured,
+    budget: float,
+    lam: float,
+    gain: float,
+) -> Decision:
+    """Incumbent against challenger after equal training; refuses scores from unequal training
+    (different rounds or step counts), the mistake that locked the first controller in."""
+    if (current_result.round, current_result.steps) != (rival_result.round, rival_result.steps):
+        raise ValueError(
+            f"{current.name} was measured after {current_result.steps} steps in round "
+            f"{current_result.round}, {rival.name} after {rival_result.steps} in round "
+            f"{rival_result.round}: a duel compares equal training only"
+        )
+    mine = score(current, current_result.accuracy, budget, lam)
+    theirs = score(rival, rival_result.accuracy, budget, lam)
+    if theirs > mine + gain:
+        return Decision(rival.name, theirs, current.name, mine, "duel-switched")
+    return Decision(current.name, mine, rival.name, theirs, "duel-kept")
 
 
 def warm_start(state: RecordDict, name: str) -> dict[str, np.ndarray] | None:

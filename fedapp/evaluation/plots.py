@@ -160,3 +160,26 @@ def plot_methods_accuracy_vs_macs(
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_method_means(path: Path, results: Mapping[str, tuple[float, float]], title: str) -> Path:
+    """One bar per method: mean accuracy in [0, 1] with its standard deviation as error bar."""
+    names = list(results)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    ax.bar(
+        names,
+        [100 * results[n][0] for n in names],
+        yerr=[100 * results[n][1] for n in names],
+        capsize=4,
+        color="tab:blue",
+        alpha=0.8,
+    )
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    ax.tick_params(axis="x", labelrotation=30)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

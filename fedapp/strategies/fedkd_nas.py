@@ -1,31 +1,38 @@
 """FedKD-NAS server (spec fedkd-nas.md) and Local-KD, its no-coordination ablation (ours).
 
-The server holds the public set D_pub with its labels, pre-trains the teacher on it before round
-1 and keeps the teacher's logits P_T. The global state is only logits: the smoothed target Z~
-(and P_T), so checkpoints and resume need no model. Each round it broadcasts Z~ (Z~(0) = P_T;
-nothing in round 1 when the teacher is off, teacher-beta = 0), receives every client's logits on
-D_pub, and updates
+The server holds the public set D_pub with its labels and, before round 1, fits the teacher and
+keeps its logits P_T. The teacher never labels an image it was trained on: with ``teacher-folds``
+K >= 2, D_pub is split into K folds and teacher k, trained on the other folds, labels fold k
+(cross-fitting). The first version (K = 1) fitted one teacher to D_pub itself; it reproduced the
+labels (100 %, mean top probability 0.9996), so Z~ carried nothing from the clients and FedKD-NAS
+equalled Local-KD. The global state is only logits: the smoothed target Z~ (and P_T), so
+checkpoints and resume need no model. Each round it broadcasts Z~ (Z~(0) = P_T; nothing in round 1
+when the teacher is off, teacher-beta = 0), receives every client's logits on D_pub, and updates
     P_agg = aggregate(client logits)   (weighted by samples / mean / trimmed mean / median)
     Z     = beta * P_T + (1 - beta) * P_agg
     Z~    = gamma * Z~ + (1 - gamma) * Z.
-Students live on the clients; evaluation asks them (ClientHeldStrategy). Every client's NAS
-choice and score per round goes to nas_choices.csv.
+Each round's metrics row says how Z~ moves with the clients: the top-1 agreement of Z~, P_agg and
+P_T with the D_pub labels and with each other. Students live on the clients; evaluation asks them
+(ClientHeldStrategy). Every client's NAS choice, rival, scores and reason per round go to
+nas_choices.csv.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from flwr.app import Message
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.evaluation.results import write_csv
 from fedapp.federated_data import public_images, server_set
-from fedapp.messages import LOGITS, TARGET
+from fedapp.messages import LOGITS, NAS_REASONS, TARGET
 from fedapp.models.families import affordable, family_candidates
 from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
@@ -47,7 +54,62 @@ from fedapp.training.loops import (
 
 TEACHER = "teacher"  # global state: P_T, the teacher's logits on D_pub
 NAS_CHOICES_FILE = "nas_choices.csv"
-NAS_METRICS = ("nas-multiplier", "nas-macs", "nas-score", "nas-switched", "nas-holdout-accuracy")
+NAS_METRICS = (
+    "nas-macs",
+    "nas-score",
+    "nas-holdout-accuracy",
+    "nas-steps",
+    "nas-switched",
+    "nas-warm-start",
+    "nas-rival-score",
+    "nas-rival-accuracy",
+    "nas-rival-steps",
+)
+TEACHER_FOLD_STREAM = 7  # seeds the fold split apart from everything else
+
+
+def teacher_folds(size: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(indices a teacher trains on, indices it labels) per teacher. K >= 2: a seeded split into
+    K folds, teacher k trains on all but fold k and labels fold k, so no image is labelled by a
+    teacher that saw it. K = 1 (the first version): one teacher trained on and labelling all."""
+    everything = np.arange(size)
+    if folds == 1:
+        return [(everything, everything)]
+    order = np.random.default_rng([seed, TEACHER_FOLD_STREAM]).permutation(size)
+    parts = np.array_split(order, folds)
+    return [
+        (np.sort(np.concatenate(parts[:k] + parts[k + 1 :])), np.sort(parts[k]))
+        for k in range(folds)
+    ]
+
+
+def top1_agreement(a: np.ndarray, b: np.ndarray) -> float:
+    """Share of rows whose arg-max agrees (``b`` may be labels instead of logits)."""
+    b_top = b if b.ndim == 1 else b.argmax(axis=1)
+    return float(np.mean(a.argmax(axis=1) == b_top))
+
+
+def exchange_metrics(
+    labels: np.ndarray,
+    teacher: np.ndarray | None,
+    aggregated: np.ndarray,
+    target: np.ndarray,
+    previous: np.ndarray | None,
+) -> dict[str, float]:
+    """How the new Z~ relates to the D_pub labels, to the clients (P_agg) and to the teacher."""
+    metrics = {
+        "target-label-agreement": top1_agreement(target, labels),
+        "target-clients-agreement": top1_agreement(target, aggregated),
+        "clients-label-agreement": top1_agreement(aggregated, labels),
+    }
+    if teacher is not None:
+        metrics |= {
+            "teacher-label-agreement": top1_agreement(teacher, labels),
+            "target-teacher-agreement": top1_agreement(target, teacher),
+        }
+    if previous is not None:
+        metrics["target-top1-changed"] = 1.0 - top1_agreement(target, previous)
+    return metrics
 
 
 class FedKDNASStrategy(ClientHeldStrategy):
@@ -56,10 +118,12 @@ class FedKDNASStrategy(ClientHeldStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
-        self.public_shape = (len(public_images(cfg).labels), self.info.num_classes)
+        self.public_labels = server_set(cfg, "public").labels
+        self.public_shape = (len(self.public_labels), self.info.num_classes)
         self.device = resolve_device(cfg.device)
-        self.teacher: torch.nn.Module | None = None
+        self.teachers: list[torch.nn.Module] = []
         self.nas_rows: list[dict[str, Any]] = []
+        self.exchange: dict[str, float] = {}  # this round's agreement metrics
 
     def accounts(self) -> dict[str, Any]:
         """The base's records and every client-round's NAS choice (summary.json counts them)."""
@@ -78,24 +142,30 @@ class FedKDNASStrategy(ClientHeldStrategy):
             return None
         return f"budget {profile.budget:.0f} MACs affords no candidate within the memory budget"
 
-    def _train_teacher(self) -> torch.nn.Module:
-        """The teacher, trained on the labelled public set (seeded)."""
+    def _train_teacher(self, data: ImageArrays, fold: int) -> torch.nn.Module:
+        """One teacher, trained on labelled public images (seeded per fold)."""
         name = self.cfg.teacher_model or self.candidates[-1].name
-        generator = seed_local_work(self.cfg.seed, 0)
+        generator = seed_local_work(self.cfg.seed, 0, fold)
         teacher = build_model(name, self.info)
-        loader = train_loader(
-            server_set(self.cfg, "public"), self.info, self.cfg.batch_size, generator
-        )
+        loader = train_loader(data, self.info, self.cfg.batch_size, generator)
         optimizer = sgd(teacher, self.cfg.learning_rate, self.cfg.momentum, self.cfg.weight_decay)
         train_supervised(teacher, loader, optimizer, self.cfg.teacher_epochs, self.device)
         return teacher
 
     def initial_state(self) -> State:
-        """{} without a teacher; else P_T and Z~(0) = P_T."""
+        """{} without a teacher; else P_T (each fold labelled by the teacher that did not see
+        it) and Z~(0) = P_T."""
         if not self.uses_teacher:
             return {}
-        self.teacher = self._train_teacher()
-        logits = predict_logits(self.teacher, public_images(self.cfg), self.info, self.device)
+        public = server_set(self.cfg, "public")
+        logits = np.zeros(self.public_shape, np.float32)
+        self.teachers = []
+        folds = teacher_folds(len(public.labels), self.cfg.teacher_folds, self.cfg.seed)
+        for fold, (trained_on, labelled) in enumerate(folds):
+            teacher = self._train_teacher(_subset(public, trained_on), fold)
+            images = _subset(public_images(self.cfg), labelled)
+            logits[labelled] = predict_logits(teacher, images, self.info, self.device)
+            self.teachers.append(teacher)
         return {TEACHER: logits, TARGET: logits.copy()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
@@ -114,8 +184,18 @@ class FedKDNASStrategy(ClientHeldStrategy):
         )
         teacher = global_state.get(TEACHER)
         fused = fuse_with_teacher(aggregated, teacher, self.cfg.teacher_beta)
-        target = smooth(global_state.get(TARGET), fused, self.cfg.ema_gamma)
+        previous = global_state.get(TARGET)
+        target = smooth(previous, fused, self.cfg.ema_gamma)
+        self.exchange = exchange_metrics(self.public_labels, teacher, aggregated, target, previous)
         return ({TEACHER: teacher} if teacher is not None else {}) | {TARGET: target}
+
+    def aggregate_round(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[State | None, dict[str, float | int] | None]:
+        """The base's aggregation, plus this round's agreement metrics of Z~ in its row."""
+        self.exchange = {}
+        state, metrics = super().aggregate_round(server_round, replies)
+        return state, (None if metrics is None else metrics | self.exchange)
 
     def candidate_name(self, multiplier: float) -> str:
         """The family candidate a client reported by its multiplier (metrics carry no strings)."""
@@ -129,20 +209,26 @@ class FedKDNASStrategy(ClientHeldStrategy):
     def _log_choices(self, server_round: int, replies: list[ValidReply]) -> None:
         for reply in replies:
             profile = self.nodes.profiles[reply.node_id]
+            rival = reply.metrics["nas-rival-multiplier"]
             self.nas_rows.append(
                 {
                     "round": server_round,
                     "partition": profile.partition_id,
                     "budget": profile.budget,
                     "candidate": self.candidate_name(reply.metrics["nas-multiplier"]),
+                    "reason": NAS_REASONS[int(reply.metrics["nas-reason"])],
+                    "rival": self.candidate_name(rival) if rival > 0 else "",
                 }
                 | {key: reply.metrics[key] for key in NAS_METRICS}
             )
 
     def teacher_test(self, data: ImageArrays) -> dict[str, float] | None:
-        if self.teacher is None:
+        """The teachers' mean test accuracy and loss (one teacher per fold)."""
+        if not self.teachers:
             return None
-        return evaluate(self.teacher, eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device)
+        loader = eval_loader(data, self.info, EVAL_BATCH_SIZE)
+        results = [evaluate(t, loader, self.device) for t in self.teachers]
+        return {key: float(np.mean([r[key] for r in results])) for key in results[0]}
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         """Mean client test accuracy and loss, the teacher's test accuracy, the NAS log."""
@@ -157,3 +243,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
                 for name in (c.name for c in self.candidates)
             },
         }
+
+
+def _subset(data: ImageArrays, indices: np.ndarray) -> ImageArrays:
+    return ImageArrays(data.images[indices], data.labels[indices])
