@@ -22,9 +22,12 @@ def _line_plot(
     title: str,
     label: str,
     reference: tuple[float, str] | None = None,
+    shadow: tuple[Sequence[float], str] | None = None,
 ) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(x, y_percent, marker="o", label=label)
+    if shadow is not None:  # the same points at other x values (e.g. nominal MACs)
+        ax.plot(shadow[0], y_percent, marker="o", mfc="none", ls=":", color="gray", label=shadow[1])
     if reference is not None:
         ax.axhline(reference[0], color="gray", linestyle="--", label=reference[1])
     ax.set_xlabel(xlabel)
@@ -55,19 +58,23 @@ def plot_rounds(path: Path, rows: Sequence[Mapping[str, Any]], key: str, title: 
 def plot_accuracy_vs_macs(
     path: Path, variants: Sequence[Mapping[str, Any]], title: str, population: float | None = None
 ) -> Path:
-    """Test accuracy of every operating point against its MACs (and population accuracy)."""
+    """Test accuracy of every operating point against its MACs as built (and population
+    accuracy); where a cache states other (nominal) MACs, the same points there, hollow."""
     reference = None
     if population is not None:
         reference = (100 * population, f"population accuracy {100 * population:.2f}%")
+    nominal = [v.get("nominal_macs", v["macs"]) / 1e6 for v in variants]
+    built = [v["macs"] / 1e6 for v in variants]
     return _line_plot(
         path,
-        [v["macs"] / 1e6 for v in variants],
+        built,
         [100 * v["accuracy"] for v in variants],
-        xlabel="MACs (millions)",
+        xlabel="MACs as built (millions)",
         ylabel="test accuracy (%)",
         title=title,
         label="operating points",
         reference=reference,
+        shadow=(nominal, "at the cache's nominal MACs") if nominal != built else None,
     )
 
 

@@ -23,6 +23,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from fedapp.cohorts import cohort_indices
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.accounting import CommunicationLedger
@@ -220,8 +221,9 @@ class HeterogeneousStrategy(Strategy):
                 size,
                 self.cfg.cohort_size,
             )
-        rng = np.random.default_rng([self.cfg.seed, server_round])
-        chosen = np.sort(rng.choice(len(candidates), size=size, replace=False))
+        chosen = cohort_indices(
+            self.cfg.cohort_rng, self.cfg.seed, server_round, len(candidates), size
+        )
         return [candidates[i] for i in chosen]
 
     # ---- one round on numpy states (the ServerApp's loop calls these directly) ---------------
