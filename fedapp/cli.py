@@ -245,7 +245,12 @@ def route_command(args: argparse.Namespace) -> Output:
         "budget": args.budget,
         "affordable": len(r.affordable),
         "affordable_indices": list(r.affordable),
-        "largest": {"index": r.largest, "macs": largest.macs, "arch": largest.arch.as_dict()},
+        "largest": {
+            "index": r.largest,
+            "macs": largest.macs,
+            "nominal_macs": largest.nominal_macs,
+            "arch": largest.arch.as_dict(),
+        },
         "envelope": {"d": list(r.envelope.d), "w": list(r.envelope.w), "e": list(r.envelope.e)},
         "params": r.params,
     }
@@ -253,7 +258,8 @@ def route_command(args: argparse.Namespace) -> Output:
         [
             f"budget       {args.budget:,.0f} MACs",
             f"affordable   {len(r.affordable)} of {len(cache)} variants "
-            f"(largest: #{r.largest}, {largest.macs:,} MACs)",
+            f"(largest: #{r.largest}, {largest.nominal_macs:,} nominal MACs, "
+            f"{largest.macs:,} as built)",
             f"envelope     d={list(r.envelope.d)} w={list(r.envelope.w)} "
             f"(mids at e={r.envelope.e[0]:g})",
             f"parameters   {r.params:,} ({_millions(r.params)})",

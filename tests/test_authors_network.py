@@ -134,3 +134,22 @@ def test_the_resnet_block_is_another_network(trained_like) -> None:
     reference = reference_with(net, archs[0], config.num_classes)
     with torch.no_grad():
         assert (other(x) - reference(x)).abs().max() > 1e-3
+
+
+def test_initialisation_is_a_setting() -> None:
+    """PyTorch's default draws conv weights within 1/sqrt(fan_in); Kaiming (fan-out) does not."""
+    small = load_supernet("feast-small")
+    arch = small.max_arch()
+    conv = ResNet(small.with_overrides(init="pytorch-default"), arch).stages[1][0].conv1.weight
+    bound = 1 / (conv.shape[1] * conv.shape[2] * conv.shape[3]) ** 0.5
+    assert conv.abs().max() <= bound
+    kaiming = ResNet(small.with_overrides(init="kaiming-fan-out"), arch).stages[1][0].conv1
+    assert kaiming.weight.abs().max() > bound
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("block", "bottleneck"), ("mid_rounding", "ceil"), ("init", "xavier")]
+)
+def test_bad_supernet_settings_name_what_is_allowed(key: str, value: str) -> None:
+    with pytest.raises(ValueError, match=f"{key} = '{value}' is not one of"):
+        load_supernet("feast-small").with_overrides(**{key: value})
