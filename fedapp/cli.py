@@ -200,22 +200,30 @@ def macs_command(args: argparse.Namespace) -> Output:
     config = _supernet(args)
     arch = config.validate(parse_arch(args.arch))
     cost = count(config, arch)
+    nominal = count(config.nominal(), arch)
     stem, outs, mids = config.channels(arch)
     data = {
         "supernet": config.name,
         "arch": arch.as_dict(),
         "macs": cost.macs,
+        "nominal_macs": nominal.macs,
         "params": cost.params,
         "channels": {"stem": stem, "stages": list(outs), "mids": list(mids)},
+        "nominal_mids": list(config.nominal().channels(arch)[2]),
     }
-    text = "\n".join(
-        [
-            f"arch         {arch}",
-            f"MACs         {cost.macs:,} ({_millions(cost.macs)})",
-            f"parameters   {cost.params:,} ({_millions(cost.params)})",
-            f"channels     stem {stem}, stages {list(outs)}, mids {list(mids)}",
-        ]
-    )
+    lines = [
+        f"arch         {arch}",
+        f"MACs         {cost.macs:,} ({_millions(cost.macs)}) as built",
+        f"parameters   {cost.params:,} ({_millions(cost.params)})",
+        f"channels     stem {stem}, stages {list(outs)}, mids {list(mids)}",
+    ]
+    if nominal.macs != cost.macs:
+        lines.insert(
+            2,
+            f"nominal      {nominal.macs:,} ({_millions(nominal.macs)}) by the published counter "
+            f"(mids {data['nominal_mids']})",
+        )
+    text = "\n".join(lines)
     return Output(data, text)
 
 
@@ -239,7 +247,12 @@ def route_command(args: argparse.Namespace) -> Output:
         "budget": args.budget,
         "affordable": len(r.affordable),
         "affordable_indices": list(r.affordable),
-        "largest": {"index": r.largest, "macs": largest.macs, "arch": largest.arch.as_dict()},
+        "largest": {
+            "index": r.largest,
+            "macs": largest.macs,
+            "nominal_macs": largest.nominal_macs,
+            "arch": largest.arch.as_dict(),
+        },
         "envelope": {"d": list(r.envelope.d), "w": list(r.envelope.w), "e": list(r.envelope.e)},
         "params": r.params,
     }
@@ -247,7 +260,8 @@ def route_command(args: argparse.Namespace) -> Output:
         [
             f"budget       {args.budget:,.0f} MACs",
             f"affordable   {len(r.affordable)} of {len(cache)} variants "
-            f"(largest: #{r.largest}, {largest.macs:,} MACs)",
+            f"(largest: #{r.largest}, {largest.nominal_macs:,} nominal MACs, "
+            f"{largest.macs:,} as built)",
             f"envelope     d={list(r.envelope.d)} w={list(r.envelope.w)} "
             f"(mids at e={r.envelope.e[0]:g})",
             f"parameters   {r.params:,} ({_millions(r.params)})",
@@ -321,16 +335,23 @@ def cache_show_command(args: argparse.Namespace) -> Output:
     path = resolve_cache_path(args.cache)
     cache = _cache(args, required=True)
     rows = [
-        {"index": i, "macs": v.macs, "params": v.params, **v.arch.as_dict()}
+        {
+            "index": i,
+            "macs": v.macs,
+            "nominal_macs": v.nominal_macs,
+            "params": v.params,
+            **v.arch.as_dict(),
+        }
         for i, v in enumerate(cache.variants)
     ]
     lines = [
         f"{path}: {len(cache)} variants of {cache.config.name} ({cache.config.num_classes} "
-        f"classes), {cache.min_macs:,} - {cache.max_macs:,} MACs",
-        f"{'#':>3} {'MACs':>13} {'params':>11}  architecture",
+        f"classes), {cache.min_macs:,} - {cache.max_macs:,} nominal MACs",
+        f"{'#':>3} {'MACs built':>13} {'nominal':>13} {'params':>11}  architecture",
     ]
     lines += [
-        f"{i:>3} {v.macs:>13,} {v.params:>11,}  {v.arch}" for i, v in enumerate(cache.variants)
+        f"{i:>3} {v.macs:>13,} {v.nominal_macs:>13,} {v.params:>11,}  {v.arch}"
+        for i, v in enumerate(cache.variants)
     ]
     return Output({**_cache_summary(cache, path), "rows": rows}, "\n".join(lines))
 
@@ -360,6 +381,37 @@ def cache_import_command(args: argparse.Namespace) -> Output:
         f"at {config.num_classes} classes"
     )
     return Output(_cache_summary(cache, path), text)
+
+
+# ---- budget populations -------------------------------------------------------------------------
+
+
+def _configure_budgets(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--run-config",
+        required=True,
+        type=Path,
+        help="a run config TOML, e.g. conf/quickstart.toml",
+    )
+    parser.add_argument(
+        "--below",
+        action="append",
+        type=parse_macs,
+        help="also count the clients with a budget below this many MACs (repeatable; "
+        "default 35M, ScaleFL's smallest level in the FEAST paper)",
+    )
+
+
+@command(
+    "budgets",
+    help="a run config's budget population, passes and routed traffic (no training)",
+    configure=_configure_budgets,
+)
+def budgets_command(args: argparse.Namespace) -> Output:
+    from fedapp import budget_plan  # imports torch: only this command pays for it
+
+    data = budget_plan.report(budget_plan.load_run_config(args.run_config), args.below or [35e6])
+    return Output(data, budget_plan.render(data))
 
 
 # ---- entry point --------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ PROTOCOL_KEYS = frozenset(
         "budget-min",
         "budget-max",
         "zipf-s",
+        "budget-rng",
+        "cohort-rng",
         "gamma",
         "allocation-cap",
         "mix-batches",

@@ -21,6 +21,7 @@ from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
 from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
+from fedapp.partitions.budgets import RNG_KINDS
 from fedapp.partitions.factory import PARTITIONER_NAMES
 from fedapp.training.logit_fusion import LOGIT_AGGREGATIONS
 
@@ -71,6 +72,8 @@ class RunConfig:
     budget_min: float
     budget_max: float
     zipf_s: float
+    budget_rng: str
+    cohort_rng: str
     gamma: float
     allocation_cap: float
     # local training
@@ -206,6 +209,8 @@ _CHECKS: dict[str, Check] = {
     "budget_min": _positive(),
     "budget_max": _positive(),
     "zipf_s": _at_least(0),
+    "budget_rng": _one_of(RNG_KINDS),
+    "cohort_rng": _one_of(RNG_KINDS),
     "gamma": _at_least(0),
     "allocation_cap": _positive(),
     "model": _one_of(model_names),

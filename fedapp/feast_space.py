@@ -63,10 +63,16 @@ def _space(supernet: str, cache: str, info: DatasetInfo) -> ModelSpace:
     return ModelSpace(config, variants, count(config, config.max_arch()).params)
 
 
+def smallest_variant_macs(cfg: RunConfig, info: DatasetInfo) -> int:
+    """Nominal MACs of the run's cheapest cached variant on its data set."""
+    return _space(cfg.supernet, cfg.variant_cache, info).cache.min_macs
+
+
 def model_space(cfg: RunConfig, info: DatasetInfo) -> ModelSpace:
-    """The FEAST model space of a run; ConfigError if its budgets cannot afford the cache."""
+    """The FEAST model space of a run; ConfigError if its budgets cannot afford the cache
+    (the authors' budget population raises low budgets to the cache's smallest variant)."""
     space = _space(cfg.supernet, cfg.variant_cache, info)
-    if cfg.budget_min < space.cache.min_macs:
+    if cfg.budget_min < space.cache.min_macs and cfg.budget_rng != "authors":
         raise ConfigError(
             f"run config 'budget-min' = {cfg.budget_min:,.0f} MACs is below the smallest variant "
             f"of cache '{cfg.variant_cache}' ({space.cache.min_macs:,} MACs on {info.name}): "

@@ -34,6 +34,7 @@ import numpy as np
 
 from fedapp.config import ConfigError, RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays, LoadedDataset, load_dataset
+from fedapp.feast_space import smallest_variant_macs
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
 from fedapp.partitions.splits import ServerSplits, server_splits
@@ -80,7 +81,20 @@ def _take(arrays: ImageArrays, indices: np.ndarray) -> ImageArrays:
 @lru_cache(maxsize=4)
 def client_budgets(cfg: RunConfig) -> np.ndarray:
     """Every client's compute budget (MACs), by partition id: Zipf ranks mapped to the range."""
-    return zipf_budgets(cfg.num_clients, cfg.budget_min, cfg.budget_max, cfg.zipf_s, cfg.seed)
+    floor = 0.0
+    if cfg.budget_rng == "authors":
+        floor = smallest_variant_macs(cfg, load_dataset(cfg.dataset, cfg.data_dir).info)
+    return budget_population(cfg, floor)
+
+
+def budget_population(cfg: RunConfig, floor: float) -> np.ndarray:
+    """The Zipf draw of the run config; with ``budget-rng = "authors"`` every budget below
+    ``floor`` (the variant cache's smallest variant) is raised to it, as the FEAST authors'
+    server does: their draw starts at the CSV's 10-class minimum, just below the recount."""
+    budgets = zipf_budgets(
+        cfg.num_clients, cfg.budget_min, cfg.budget_max, cfg.zipf_s, cfg.seed, cfg.budget_rng
+    )
+    return np.maximum(budgets, floor) if cfg.budget_rng == "authors" else budgets
 
 
 @lru_cache(maxsize=4)

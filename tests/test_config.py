@@ -58,6 +58,10 @@ def test_int_is_accepted_where_a_float_is_expected() -> None:
             "'device' = 'tpu' is not allowed: must be one of 'auto', 'cpu', 'cuda'",
         ),
         ({"model": "vgg"}, "'model' = 'vgg' is not allowed: must be one of"),
+        (
+            {"budget_rng": "legacy"},
+            "'budget-rng' = 'legacy' is not allowed: must be one of 'generator', 'authors'",
+        ),
         ({"learning_rate": float("nan")}, "'learning-rate' = nan: must be a finite number"),
     ],
 )

@@ -172,9 +172,17 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
     assert strategy.report.accepted == 4
 
     summary = run_experiment(grid, cfg)
-    for key in ("population_accuracy", "variants", "comm", "compute_proxy_total_macs", "exposure"):
+    for key in (
+        "population_accuracy",
+        "population_accuracy_best_affordable",
+        "variants",
+        "comm",
+        "compute_proxy_total_macs",
+        "exposure",
+    ):
         assert key in summary
-    assert {"macs", "params", "accuracy"} <= set(summary["variants"][0])
+    assert summary["population_accuracy_best_affordable"] >= summary["population_accuracy"]
+    assert {"macs", "nominal_macs", "params", "accuracy"} <= set(summary["variants"][0])
     # trained: the minimum, each client's maximum and (rule full) its intermediates
     plans = [
         plan_for(strategy.space.cache, r.affordable, cfg.training_rule) for r in routes.values()
@@ -195,6 +203,10 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
     assert {"r_min", "min_coverage"} <= set(summary["exposure"])
     files = {p.name for p in (tmp_path / "feast").iterdir()}
     assert {"variants.csv", "population.csv", "communication.csv", "accuracy_vs_macs.png"} <= files
+    header = (tmp_path / "feast" / "population.csv").read_text().splitlines()[0].split(",")
+    assert {"variant", "accuracy", "best_affordable_variant", "best_affordable_accuracy"} <= set(
+        header
+    )
     assert json.loads((tmp_path / "feast" / "summary.json").read_text())["strategy"] == "feast"
 
 

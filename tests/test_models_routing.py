@@ -19,7 +19,7 @@ from fedapp.models.slicing import SliceAccumulator, extract
 )
 def test_envelope_parameters_at_cached_budgets_match_table_9(index, millions, count) -> None:
     cache = load_cache("feast-cifar100-reference")
-    r = route(cache, cache.variants[index].macs)
+    r = route(cache, cache.variants[index].nominal_macs)
     assert round(r.params / 1e6, 2) == millions
     assert len(r.affordable) == count and r.largest == index
 

@@ -44,5 +44,9 @@ def test_gpu_feast_presets_afford_their_cache(name) -> None:
     classes, channels, size = HUB_SHAPES[cfg.dataset]
     info = DatasetInfo(cfg.dataset, classes, channels, size, (0.5,) * 3, (0.25,) * 3, "cifar", True)
     space = model_space(cfg, info)
-    assert len(space.cache) == 56 and space.cache.min_macs == cfg.budget_min
+    assert len(space.cache) == 56
+    if cfg.budget_rng == "authors":  # their draw starts just below the cache, then is raised
+        assert 0 < space.cache.min_macs - cfg.budget_min < 10_000
+    else:
+        assert space.cache.min_macs == cfg.budget_min
     assert space.anchors(cfg.anchor_variants) == [0, 3, 22, 38, 55]

@@ -52,6 +52,17 @@ CHANNEL_ROUNDING = ("divisible", "ceil")
 #: ``identity`` = identity unless the stride or the channel count changes, then a strided 1x1 conv
 #: + BN (ResNet18 as in HeteroFL and ScaleFL).
 SHORTCUTS = ("projection", "identity")
+#: Residual blocks: ``resnet`` = conv-BN-ReLU, conv-BN, add the shortcut, ReLU (ResNet's
+#: BasicBlock); ``feast-reference`` = the FEAST authors' block, which also applies a ReLU after
+#: the second BN, before the add.
+BLOCKS = ("resnet", "feast-reference")
+#: Middle channels of a block from ``out * e``: ``product`` = the channel rule applied to the
+#: product (the FEAST authors' MAC counter); ``rounded-product`` = to the product rounded to an
+#: integer first (what the FEAST authors' networks build).
+MID_ROUNDINGS = ("product", "rounded-product")
+#: Weight initialisation: ``kaiming-fan-out`` = Kaiming normal (fan-out) on every convolution;
+#: ``pytorch-default`` = the layers' own initialisation (what the FEAST authors keep).
+INITS = ("kaiming-fan-out", "pytorch-default")
 
 
 def ceil_div(size: int, stride: int) -> int:
@@ -124,6 +135,12 @@ class SupernetConfig:
     divisor: int = 8
     channel_rounding: str = "divisible"
     shortcut: str = "projection"
+    block: str = "resnet"
+    mid_rounding: str = "product"
+    #: The rule behind published MAC figures for this supernet (a cache's ``nominal_macs``);
+    #: empty: the built rule, so nominal and built MACs are the same.
+    nominal_mid_rounding: str = ""
+    init: str = "kaiming-fan-out"
     bn_momentum: float = 0.1
     bn_eps: float = 1e-5
     #: Free-form notes from the YAML (e.g. which data set the configuration is meant for).
@@ -145,6 +162,17 @@ class SupernetConfig:
             )
         if self.shortcut not in SHORTCUTS:
             raise ValueError(f"supernet {self.name}: shortcut must be one of {SHORTCUTS}")
+        for name, allowed in (
+            ("block", BLOCKS),
+            ("mid_rounding", MID_ROUNDINGS),
+            ("nominal_mid_rounding", ("", *MID_ROUNDINGS)),
+            ("init", INITS),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"supernet {self.name}: {name} = {getattr(self, name)!r} is not one of "
+                    + ", ".join(repr(a) for a in allowed)
+                )
         for name in ("width_multipliers", "expand_ratios"):
             values = getattr(self, name)
             if not values or list(values) != sorted(set(values)) or values[0] <= 0:
@@ -188,16 +216,18 @@ class SupernetConfig:
     def mid_table(self) -> np.ndarray:
         """``[stage, w_index, e_index] -> middle channels`` of a block at that width/expansion.
 
-        The rounding rule applied to ``out * e`` unrounded: rounding the product first (as the
-        spec's prose has it) miscounts 31 of the 56 reference-cache rows; this recounts all 56.
-        A ResNet BasicBlock is the family's block at expansion 1 (middle = output channels).
+        ``mid_rounding`` says whether the channel rule sees ``out * e`` as it is (the FEAST
+        authors' counter, and so the paper's MAC axis) or rounded to an integer first (their
+        networks); the two differ in 31 of the 56 reference-cache rows. A ResNet BasicBlock is
+        the family's block at expansion 1 (middle = output channels).
         """
         out = self.channel_table[1:]
+        first = round if self.mid_rounding == "rounded-product" else float
         return np.array(
             [
                 [
                     [
-                        round_channels(int(c) * e, self.channel_rounding, self.divisor)
+                        round_channels(first(int(c) * e), self.channel_rounding, self.divisor)
                         for e in self.expand_ratios
                     ]
                     for c in row
@@ -206,6 +236,11 @@ class SupernetConfig:
             ],
             dtype=np.int64,
         )
+
+    def nominal(self) -> SupernetConfig:
+        """This supernet as its published MAC figures count it (itself if they count the build)."""
+        rule = self.nominal_mid_rounding or self.mid_rounding
+        return self if rule == self.mid_rounding else replace(self, mid_rounding=rule)
 
     @cached_property
     def projected(self) -> tuple[bool, ...]:

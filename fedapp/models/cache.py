@@ -5,6 +5,12 @@ MACs and parameters, plus how it was made (GA settings and seeds, or the importe
 the MACs and parameters are always recounted for the supernet in use (e.g. the reference CSV was
 counted with 10 classes; FEAST recounts at 100) and the variants are sorted by MACs, so index 0 is
 the cheapest variant everywhere.
+
+Each variant carries two MAC figures: ``macs`` of the network as built, and ``nominal_macs`` as the
+supernet's published figures count it (:meth:`SupernetConfig.nominal`; the FEAST authors' counter
+sizes middle channels by another rule than their networks do). Affordability, the sort order and
+the cache's MAC range follow the nominal figure, as the authors' code does, so cache indices and
+the clients' affordable sets are the paper's; everything that reports cost uses ``macs``.
 """
 
 from __future__ import annotations
@@ -38,6 +44,12 @@ class Variant:
     params: int
     target_macs: float | None = None
     seed: int | None = None
+    #: MACs by the supernet's nominal counter (equal to ``macs`` unless the rules differ).
+    nominal_macs: int = -1
+
+    def __post_init__(self) -> None:
+        if self.nominal_macs < 0:
+            object.__setattr__(self, "nominal_macs", self.macs)
 
 
 @dataclass(frozen=True)
@@ -62,15 +74,23 @@ class VariantCache:
 
     @property
     def macs(self) -> np.ndarray:
+        """Built MACs of every variant, in cache order."""
         return np.array([v.macs for v in self.variants], dtype=np.int64)
 
     @property
+    def nominal_macs(self) -> np.ndarray:
+        """Nominal MACs of every variant (the affordability scale), increasing."""
+        return np.array([v.nominal_macs for v in self.variants], dtype=np.int64)
+
+    @property
     def min_macs(self) -> int:
-        return self.variants[0].macs
+        """Nominal MACs of the cheapest variant: the least budget that affords anything."""
+        return self.variants[0].nominal_macs
 
     @property
     def max_macs(self) -> int:
-        return self.variants[-1].macs
+        """Nominal MACs of the most expensive variant."""
+        return self.variants[-1].nominal_macs
 
 
 def make_cache(
@@ -79,12 +99,22 @@ def make_cache(
     source: dict[str, Any] | None = None,
     supernet_overrides: dict[str, Any] | None = None,
 ) -> VariantCache:
-    """Count ``(arch, target_macs, seed)`` entries on ``config`` and sort them by MACs."""
+    """Count ``(arch, target_macs, seed)`` entries on ``config`` and sort them by nominal MACs."""
+    nominal = config.nominal()
     variants = []
     for arch, target, seed in entries:
         cost = count(config, arch)
-        variants.append(Variant(config.validate(arch), cost.macs, cost.params, target, seed))
-    variants.sort(key=lambda v: v.macs)
+        variants.append(
+            Variant(
+                config.validate(arch),
+                cost.macs,
+                cost.params,
+                target,
+                seed,
+                count(nominal, arch).macs,
+            )
+        )
+    variants.sort(key=lambda v: v.nominal_macs)
     return VariantCache(config, tuple(variants), dict(supernet_overrides or {}), dict(source or {}))
 
 
@@ -141,6 +171,8 @@ def dump_cache(cache: VariantCache) -> str:
     lines = [yaml.safe_dump(header, sort_keys=False).rstrip(), "variants:"]
     for v in cache.variants:
         entry: dict[str, Any] = {**v.arch.as_dict(), "macs": v.macs, "params": v.params}
+        if v.nominal_macs != v.macs:
+            entry["nominal_macs"] = v.nominal_macs
         if v.target_macs is not None:
             entry["target_macs"] = int(v.target_macs)
         if v.seed is not None:

@@ -131,7 +131,8 @@ class Projection(nn.Module):
 
 
 class Block(nn.Module):
-    """Residual block: conv3x3 + BN + ReLU, conv3x3 + BN, add the shortcut, ReLU."""
+    """Residual block: conv3x3 + BN + ReLU, conv3x3 + BN (+ ReLU in the FEAST authors' block),
+    add the shortcut, ReLU."""
 
     def __init__(
         self,
@@ -149,9 +150,12 @@ class Block(nn.Module):
         self.conv2 = kit.conv(mid, cout, 3, 1)
         self.bn2 = kit.bn(cout, config.bn_eps, config.bn_momentum)
         self.shortcut = Projection(config, cin, cout, stride, kit) if projected else None
+        self.relu_before_add = config.block == "feast-reference"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        if self.relu_before_add:
+            out = F.relu(out)
         skip = x if self.shortcut is None else self.shortcut(x)
         return F.relu(out + skip)
 
@@ -179,6 +183,9 @@ class ResNet(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
+        """Kaiming normal (fan-out) on convolutions, or leave the layers' own initialisation."""
+        if self.config.init == "pytorch-default":
+            return
         for module in self.modules():
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")

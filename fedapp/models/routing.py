@@ -24,8 +24,8 @@ class BudgetError(ValueError):
 
 
 def affordable(cache: VariantCache, budget: float) -> list[int]:
-    """Indices of the cached variants whose MACs fit ``budget`` (cheapest first)."""
-    indices = [i for i, v in enumerate(cache.variants) if v.macs <= budget]
+    """Indices of the cached variants whose (nominal) MACs fit ``budget`` (cheapest first)."""
+    indices = [i for i, v in enumerate(cache.variants) if v.nominal_macs <= budget]
     if not indices:
         raise BudgetError(
             f"budget {budget:,.0f} MACs is below the smallest cached variant "

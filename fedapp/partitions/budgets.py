@@ -4,6 +4,10 @@ Follows FEAST §3: ranks r ∈ {1..N} are drawn i.i.d. with P(r) ∝ r^(-s), so 
 budget — is the most common and a few clients are powerful. Each rank is mapped linearly onto
 [Bmin, Bmax] with uniform jitter of one step, clipped, and the vector is shuffled so budget is not
 tied to client id. Data shares then grow with the (capped) budget to the power gamma.
+
+The draw runs on numpy's ``default_rng(seed)`` (``generator``) or, as the FEAST authors' code does,
+on the legacy global-state generator of ``np.random.seed(seed)`` (``authors``): the same calls on
+a ``RandomState(seed)`` give their population exactly.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import math
 
 import numpy as np
 
+#: Random generators a budget population (and a cohort draw) can use.
+RNG_KINDS = ("generator", "authors")
+
 
 def rank_probabilities(num_clients: int, s: float) -> np.ndarray:
     """P(r) ∝ r^(-s) for r = 1..num_clients (index 0 holds rank 1)."""
@@ -19,8 +26,12 @@ def rank_probabilities(num_clients: int, s: float) -> np.ndarray:
     return weights / weights.sum()
 
 
-def zipf_budgets(num_clients: int, b_min: float, b_max: float, s: float, seed: int) -> np.ndarray:
+def zipf_budgets(
+    num_clients: int, b_min: float, b_max: float, s: float, seed: int, rng: str = "generator"
+) -> np.ndarray:
     """Draw one compute budget per client (float64, in [b_min, b_max]), reproducible by seed.
+
+    ``rng`` is one of :data:`RNG_KINDS`.
 
     With a single client there is no rank spread (Δ is undefined), so that client gets b_max:
     a lone client is treated as unconstrained rather than as the weakest device.
@@ -31,9 +42,12 @@ def zipf_budgets(num_clients: int, b_min: float, b_max: float, s: float, seed: i
         raise ValueError(f"budgets need 0 < b_min <= b_max (finite), got {b_min} and {b_max}")
     if not (math.isfinite(s) and s >= 0):
         raise ValueError(f"Zipf exponent s must be finite and >= 0, got {s}")
+    if rng not in RNG_KINDS:
+        raise ValueError(f"budget generator {rng!r} is not one of {', '.join(RNG_KINDS)}")
     if num_clients == 1:
         return np.array([float(b_max)])
-    return _zipf_budgets_from(np.random.default_rng(seed), num_clients, b_min, b_max, s)
+    generator = np.random.RandomState(seed) if rng == "authors" else np.random.default_rng(seed)
+    return _zipf_budgets_from(generator, num_clients, b_min, b_max, s)
 
 
 def _zipf_budgets_from(

@@ -41,6 +41,7 @@ from fedapp.messages import (
     SERVER_ROUND,
 )
 from fedapp.methods import strategy_class
+from fedapp.partitions.cohorts import cohort_indices
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.records import from_record, to_record
 from fedapp.strategies.reply_validation import (
@@ -248,8 +249,9 @@ class HeterogeneousStrategy(Strategy):
                 size,
                 self.cfg.cohort_size,
             )
-        rng = np.random.default_rng([self.cfg.seed, server_round])
-        chosen = np.sort(rng.choice(len(candidates), size=size, replace=False))
+        chosen = cohort_indices(
+            self.cfg.cohort_rng, self.cfg.seed, server_round, len(candidates), size
+        )
         return [candidates[i] for i in chosen]
 
     # ---- one round on numpy states (the ServerApp's loop calls these directly) ---------------

@@ -106,11 +106,13 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
             self.method,
         )
         for v in summary["variants"]:
+            nominal = v["nominal_macs"]
             log(
                 INFO,
-                "\tvariant %2d | %8.2fM MACs | %7.3fM params | %.2f%%%s",
+                "\tvariant %2d | %8.2fM MACs%s | %7.3fM params | %.2f%%%s",
                 v["index"],
                 v["macs"] / 1e6,
+                f" (nominal {nominal / 1e6:.2f}M)" if nominal != v["macs"] else "",
                 v["params"] / 1e6,
                 100 * v["accuracy"],
                 "" if v["trained"] else " (no client trained it)",
@@ -118,8 +120,10 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         comm = summary["comm"]
         log(
             INFO,
-            "population accuracy (largest affordable variant): %.2f%%",
+            "population accuracy: %.2f%% (largest affordable variant), %.2f%% (most accurate "
+            "affordable variant)",
             100 * summary["population_accuracy"],
+            100 * summary["population_accuracy_best_affordable"],
         )
         log(
             INFO,

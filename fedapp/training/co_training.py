@@ -79,7 +79,9 @@ def plan_for(cache: VariantCache, affordable: Sequence[int], rule: str) -> CoTra
     variants = cache.variants
     smallest, largest = variants[0], variants[max(affordable)]
     between = tuple(
-        variants[i] for i in sorted(affordable) if smallest.macs < variants[i].macs < largest.macs
+        variants[i]
+        for i in sorted(affordable)
+        if smallest.nominal_macs < variants[i].nominal_macs < largest.nominal_macs
     )
     return CoTrainingPlan(smallest, largest, between, rule)
 
