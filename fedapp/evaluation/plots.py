@@ -36,6 +36,11 @@ def _line_plot(
     ax.plot(x, y_percent, marker="o", label=label)
     if reference is not None:
         ax.axhline(reference[0], color="gray", linestyle="--", label=reference[1])
+    return _finish(plt, fig, ax, path, xlabel, ylabel, title)
+
+
+def _finish(plt: Any, fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Axis labels, title, grid and legend of a single-panel figure; save it and close it."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -131,15 +136,7 @@ def plot_accuracy_vs_macs(
             linestyle="--",
             label=f"population accuracy {100 * population:.2f}%",
         )
-    ax.set_xlabel("MACs as built (millions)")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _finish(plt, fig, ax, path, "MACs as built (millions)", "test accuracy (%)", title)
 
 
 def plot_methods_accuracy_vs_macs(
