@@ -1,5 +1,5 @@
 """How the quickstart's work depends on the CPU: kernel instruction sets, and torch threads when
-the cores are busy.
+the cores are busy or oversubscribed.
 
 (a) One round of the quickstart's local training (round 1's five clients, one local epoch each,
 through the real ClientApp in this process, one torch thread as in a 1-CPU Ray actor, the
@@ -8,6 +8,10 @@ torch's CPU kernels limited to an instruction set (ATEN_CPU_CAPABILITY, ONEDNN_M
 CPU or a VM's CPU model without AVX-512 or without AVX runs these kernels.
 (b) One validation of the quickstart (5 anchors: BN recalibration and the 400 validation images,
 what the ServerApp does every 5 rounds) with 1 and with 2 torch threads.
+(c) As (a), in two processes at once (two 1-CPU Ray actors on this machine), each with 1 torch
+thread (what Ray sets where OMP_NUM_THREADS is unset, and what fedapp's ClientApp now sets in
+any case) and with one thread per core (what an inherited OMP_NUM_THREADS gave before): the
+slower one's training time.
 Settings alternate within each repetition, so every ratio is measured side by side; each
 setting runs in a fresh process (the limits are read when torch loads).
 
@@ -38,8 +42,8 @@ def _load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def local_training_seconds() -> float:
-    """Round 1's five clients, one local epoch each, one thread: seconds of ClientApp train."""
+def local_training_seconds(threads: int = 1) -> float:
+    """Round 1's five clients, one local epoch each: seconds of ClientApp train."""
     import torch
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -48,7 +52,7 @@ def local_training_seconds() -> float:
 
     from fedapp.client_app import app as client_app
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     fed = local_federation(run_config(**(preset_overrides("quickstart") | {"local_epochs": 1})), 20)
     messages = fed.strategy.configure_round(1, fed.strategy.initial_state(), fed.grid)
     seconds = 0.0
@@ -72,10 +76,10 @@ def validation_seconds(threads: int) -> float:
     from local_grid import preset_overrides, run_config
 
     from fedapp.config import parse_run_config
-    from fedapp.evaluation.operating_points import PointEvaluator
     from fedapp.feast_space import model_space
     from fedapp.federated_data import population, server_set
     from fedapp.models.elastic_resnet import ElasticResNet
+    from fedapp.strategies.base import point_evaluator
 
     torch.set_num_threads(threads)
     cfg = parse_run_config(run_config(**preset_overrides("quickstart")))
@@ -83,11 +87,11 @@ def validation_seconds(threads: int) -> float:
     space = model_space(cfg, info)
     model = ElasticResNet(space.config, seed=cfg.seed)
     state = {k: v.numpy() for k, v in model.state_dict().items()}
-    evaluator = PointEvaluator.for_run(cfg, info)
+    evaluator = point_evaluator(cfg, info)
     validation = server_set(cfg, "validation")
     anchors = space.anchors(cfg.anchor_variants)
     start = time.perf_counter()
-    evaluator.variants(space, state, anchors, validation)
+    evaluator.variants(space.config, space.cache, state, anchors, validation)
     return time.perf_counter() - start
 
 
@@ -104,6 +108,17 @@ def measure(kind: str, env: dict[str, str], arg: str = "") -> tuple[float, float
     return json.loads(result.stdout.strip().splitlines()[-1])["seconds"], load
 
 
+def measure_pair(threads: int) -> tuple[float, float]:
+    """(a) in two fresh processes started together; (the slower one's training seconds, load)."""
+    load = _load()
+    command = [sys.executable, __file__, "--child", "train", str(threads)]
+    children = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [child.communicate()[0] for child in children]
+    if any(child.returncode != 0 for child in children):
+        raise RuntimeError(f"a training child failed: {command}")
+    return max(json.loads(out.strip().splitlines()[-1])["seconds"] for out in outputs), load
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2)
@@ -111,20 +126,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         kind, arg = args.child
-        seconds = local_training_seconds() if kind == "train" else validation_seconds(int(arg))
+        measured = local_training_seconds if kind == "train" else validation_seconds
+        seconds = measured(int(arg))
         print(json.dumps({"seconds": seconds}))
         return
     training: dict[str, list[float]] = {name: [] for name in ISA_LIMITS}
     validation: dict[int, list[float]] = {1: [], 2: []}
+    pairs: dict[int, list[float]] = {1: [], os.cpu_count() or 1: []}
     loads: list[float] = []
     for _ in range(args.reps):
         for name, env in ISA_LIMITS.items():
-            seconds, load = measure("train", env)
+            seconds, load = measure("train", env, "1")
             training[name].append(seconds)
             loads.append(load)
         for threads in validation:
             seconds, load = measure("validate", {}, str(threads))
             validation[threads].append(seconds)
+            loads.append(load)
+        for threads in pairs:
+            seconds, load = measure_pair(threads)
+            pairs[threads].append(seconds)
             loads.append(load)
     base = statistics.median(training["AVX-512 (this CPU's own)"])
     print("| torch / oneDNN kernels | local training of one round (s, median) | x AVX-512 |")
@@ -138,6 +159,12 @@ def main() -> None:
     for threads, values in validation.items():
         median = statistics.median(values)
         print(f"| {threads} | {median:.2f} | {median / one:.2f} |")
+    alone = statistics.median(pairs[1])
+    print("\n| torch threads per actor, 2 at once | round 1, slower actor (s, median) | x 1 |")
+    print("|---:|---:|---:|")
+    for threads, values in pairs.items():
+        median = statistics.median(values)
+        print(f"| {threads} | {median:.2f} | {median / alone:.2f} |")
     print(
         f"\n{os.cpu_count()} cores; 1-minute load average at the measurements' starts: "
         f"{min(loads):.1f}-{max(loads):.1f}; {args.reps} repetitions, settings alternating"

@@ -3,6 +3,10 @@ whose models live on the clients, evaluation) to the method."""
 
 from __future__ import annotations
 
+import math
+import sys
+
+import torch
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
@@ -23,11 +27,37 @@ USER_ERRORS = (ConfigError, DatasetUnavailableError)
 
 def _config(context: Context, message: Message) -> RunConfig:
     """The run config; the data-set facts the server sent with the message are remembered, so
-    the node does not load the data set for them (fedapp.federated_data)."""
+    the node does not load the data set for them (fedapp.federated_data). Torch's threads are
+    set before any work (see ``_pin_torch_threads``)."""
     cfg = parse_run_config(context.run_config)
     if DATA_FACTS in message.content.config_records:
         adopt_data_facts(cfg, message.content.config_records[DATA_FACTS])
+    _pin_torch_threads(cfg)
     return cfg
+
+
+def _pin_torch_threads(cfg: RunConfig) -> None:
+    """``client-threads`` torch threads, by default one per CPU Ray gave this actor.
+
+    Ray sets an actor's ``OMP_NUM_THREADS`` to its CPUs only where the variable is unset, so a
+    value inherited from the shell or a container let every actor run one thread per core of
+    the machine: two 1-CPU actors on 2 cores then share them with four threads, and quickstart
+    rounds take 2-3x as long (benchmarks/cpu_sensitivity.py). Outside Ray (deployment) torch's
+    default stays unless the key sets a number.
+    """
+    threads = cfg.client_threads or _ray_actor_cpus()
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def _ray_actor_cpus() -> int:
+    """The CPUs Ray assigned to this process (floored, at least 1, as Ray's own rule); 0 when
+    this process is no Ray worker."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return 0
+    cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
+    return max(math.floor(cpus), 1)
 
 
 def _refuse(message: Message, err: Exception) -> Message:

@@ -85,6 +85,7 @@ class RunConfig:
     weight_decay: float
     lr_schedule: str
     device: str
+    client_threads: int
     # FEAST: elastic supernet, variant cache, routed co-training
     supernet: str
     variant_cache: str
@@ -221,6 +222,7 @@ _CHECKS: dict[str, Check] = {
     "weight_decay": _at_least(0),
     "lr_schedule": _one_of(LR_SCHEDULES),
     "device": _one_of(DEVICES),
+    "client_threads": _at_least(0),
     "supernet": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
     "variant_cache": _one_of(lambda: yaml_names(CACHES_DIR)),
     "substrate": _one_of(lambda: yaml_names(SUPERNETS_DIR)),

@@ -33,6 +33,8 @@ def test_flwr_run_simulation(tmp_path: Path) -> None:
         tmp_path / "flwr-home",
         FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(http_port),
         FLWR_LOCAL_CONTROL_API_PORT=str(control_port),
+        # inherited by the Ray actors, which Ray then leaves at 2 threads for 1 CPU
+        OMP_NUM_THREADS="2",
     )
     out = tmp_path / "out"
     log = tmp_path / "flwr-run.log"
@@ -58,6 +60,9 @@ def test_flwr_run_simulation(tmp_path: Path) -> None:
         summary = _read_results(out / "sim", rounds=2, log=log)
     assert summary["nodes"] == 4 and summary["dataset"] == "digits"
     assert "round 2/2 | clients 2/2" in log.read_text()
+    # every 1-CPU actor trained with one torch thread whatever OMP_NUM_THREADS said
+    rows = [json.loads(x) for x in (out / "sim" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["torch-threads"] for row in rows] == [1.0, 1.0]
     # no per-run environment was installed (that would re-download torch, and needs the internet)
     assert not (tmp_path / "flwr-home" / "runtime-envs").exists()
 

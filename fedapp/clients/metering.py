@@ -1,10 +1,12 @@
-"""Resources a client spends on one piece of local work: CPU utilisation and peak memory.
+"""Resources a client spends on one piece of local work: CPU utilisation, peak memory and the
+torch threads it ran with.
 
 Measured inside the ClientApp around the method's trainer, so every method is metered the same
 way (FedKD-NAS's CPU and Mem columns). CPU is this process's CPU time over wall time in percent
 of one core (as ``top`` shows it: 200 % is two busy cores); memory is the largest resident set
 size sampled during the work. In simulation a Ray actor's resident set includes the Python
-runtime, torch and the loaded data set, as a device's would.
+runtime, torch and the loaded data set, as a device's would. The thread count shows whether
+an actor used the CPUs it was given (fedapp.client_app pins it) or more.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+import torch
 
 SAMPLE_SECONDS = 0.05
 _STATM = Path("/proc/self/statm")
@@ -35,12 +39,14 @@ class ResourceUse:
     cpu_percent: float
     peak_rss_mb: float
     wall_seconds: float
+    torch_threads: int
 
     def as_metrics(self) -> dict[str, float]:
         return {
             "cpu-percent": self.cpu_percent,
             "peak-rss-mb": self.peak_rss_mb,
             "wall-seconds": self.wall_seconds,
+            "torch-threads": float(self.torch_threads),
         }
 
 
@@ -74,4 +80,6 @@ class ResourceMeter:
         self._stop.set()
         self._sampler.join()
         self._peak = max(self._peak, resident_bytes())
-        self.use = ResourceUse(100 * cpu / max(wall, 1e-9), self._peak / 2**20, wall)
+        self.use = ResourceUse(
+            100 * cpu / max(wall, 1e-9), self._peak / 2**20, wall, torch.get_num_threads()
+        )
