@@ -35,8 +35,8 @@ SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained", "feast-transfer")
 #: FIARSE: what a budget's fraction counts, and where the top-k ranks (fedapp.models.masks).
 FIARSE_BUDGETS = ("macs", "params")
 FIARSE_TOPK = ("global", "layerwise")
-#: HeteroFL: widths by budget, or the authors' fixed equal proportions.
-HETEROFL_ASSIGNMENTS = ("budget", "proportion")
+#: HeteroFL: widths by budget, the authors' fixed equal proportions, or drawn anew each round.
+HETEROFL_ASSIGNMENTS = ("budget", "proportion", "dynamic")
 #: ScaleFL self-distillation: the authors' code, or the FEAST authors' port.
 SCALEFL_KD_FORMS = ("official", "feast")
 

@@ -22,7 +22,7 @@ from fedapp.models.width_scaling import WIDTHS, attach_scaler, width_model
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
-from fedapp.strategies.heterofl import HeteroFLStrategy
+from fedapp.strategies.heterofl import HeteroFLStrategy, dynamic_widths
 from fedapp.strategies.reply_validation import ValidReply
 
 #: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
@@ -229,3 +229,27 @@ def test_proportion_assignment_trains_every_width(tmp_path) -> None:
     )
     with pytest.raises(ConfigError, match=r"'heterofl-assignment' = 'random'"):
         parse_run_config(run_config(heterofl_assignment="random"))
+
+
+def test_dynamic_assignment_redraws_widths_each_round_and_counts_client_rounds(tmp_path) -> None:
+    overrides = DIGITS_HETEROFL | {
+        "heterofl_assignment": "dynamic",
+        "num_clients": 5,
+        "fraction_train": 1.0,
+        "num_server_rounds": 2,
+        "eval_every": 2,
+        "out_dir": str(tmp_path),
+        "run_name": "heterofl",
+    }
+    cfg, grid, nodes, strategy = local_federation(run_config(**overrides), num_nodes=5)
+    draws = [dynamic_widths(cfg.seed, r, 5) for r in (1, 2)]
+    assert draws[0] != draws[1]  # drawn anew each round ...
+    assert draws[0] == dynamic_widths(cfg.seed, 1, 5)  # ... and fixed by the seed
+    summary = run_experiment(grid, cfg)
+    drawn = [rate for draw in draws for rate in draw.values()]
+    assert summary["client_rounds_by_width"] == {f"{r:g}": drawn.count(r) for r in WIDTHS}
+    assert [v["trained"] for v in summary["variants"]] == [r in drawn for r in WIDTHS]
+    budgets = {p.partition_id: p.budget for p in nodes.profiles.values()}
+    assert summary["client_rounds_above_budget"] == sum(
+        strategy.costs[rate].macs > budgets[pid] for draw in draws for pid, rate in draw.items()
+    )

@@ -2,7 +2,9 @@
 
 Each client trains one of the widths {1/16, 1/8, 1/4, 1/2, 1}: by default the widest whose MACs
 fit its budget; with ``heterofl-assignment = "proportion"`` the authors' fixed equal proportions
-(``a1-b1-c1-d1-e1``, ``fix`` split), so every width is trained. It receives the leading
+(``a1-b1-c1-d1-e1``, ``fix`` split), so every width is trained; with ``"dynamic"`` every client
+draws its width anew each round from those proportions (the ``dynamic`` split, the Flower
+baseline's default), so every width is trained by every client over the run. It receives the leading
 ("top-left") slices of the global weights at that width, with every class row of the
 classifier. Replies are averaged position by position with equal weight per client (no sample
 weighting), and each client's classifier rows count only for the classes it holds. The global
@@ -19,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flwr.app import ConfigRecord, Message
 from flwr.common.logger import log
+from flwr.serverapp import Grid
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
@@ -44,6 +48,8 @@ from fedapp.strategies.reply_validation import ArraySpec, ValidReply
 
 #: The classifier tensors whose rows are restricted to a client's classes when averaging.
 CLASSIFIER = ("head.weight", "head.bias")
+#: Separates the dynamic width draws from the run's other seeded streams.
+_DYNAMIC_STREAM = 0x4E7E
 #: BN buffers, which static BN neither keeps nor sends.
 _BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -60,6 +66,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         }
         self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
         self.points = point_evaluator(cfg, self.info)
+        self.server_round = 0  # the round being configured: dynamic widths depend on it
 
     def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:
         """Shapes of a width's weights and biases: static BN sends no running statistics."""
@@ -76,6 +83,10 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         """The width a node trains (None: it cannot take part)."""
         if self.cfg.heterofl_assignment == "proportion":
             return proportion_widths(self.nodes.profiles.values())[profile.partition_id]
+        if self.cfg.heterofl_assignment == "dynamic":
+            return dynamic_widths(self.cfg.seed, self.server_round, self.cfg.num_clients)[
+                profile.partition_id
+            ]
         return self.affordable_width(profile)
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
@@ -92,7 +103,24 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         widths = {p.partition_id: self.width_of(p) for p in self.nodes.profiles.values()}
         return {pid: rate for pid, rate in widths.items() if rate is not None}
 
+    def trained_widths(self) -> list[tuple[int, float]]:
+        """(partition id, width) of every client-round so far, read from the communication
+        ledger (which the checkpoint keeps): each width's payload has its own size."""
+        width_of_params = {
+            sum(int(np.prod(shape)) for shape in self.shapes[rate].values()): rate
+            for rate in WIDTHS
+        }
+        return [
+            (row["partition"], width_of_params[row["params"]]) for row in self.ledger.client_rounds
+        ]
+
     # ---- one round ------------------------------------------------------------------------------
+    def configure_round(
+        self, server_round: int, state: State, grid: Grid, config: ConfigRecord | None = None
+    ) -> list[Message]:
+        self.server_round = server_round
+        return super().configure_round(server_round, state, grid, config)
+
     def initial_state(self) -> State:
         """The seeded full model; its BN buffers stay at their initial values (never trained)."""
         model = ElasticResNet(self.config, seed=self.cfg.seed)
@@ -151,7 +179,6 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self.width_rows(state, WIDTHS, data)
-        assigned = self.assigned_widths()
         budgets = {p.partition_id: p.budget for p in self.nodes.profiles.values()}
         affordable = {
             p.partition_id: self.affordable_width(p) for p in self.nodes.profiles.values()
@@ -159,6 +186,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         # Served: the widest affordable width; a node that affords none gets the narrowest
         # width some client trained (FEAST §6's minimum-tier fallback).
         fallback = WIDTHS[min(self.trained_points, default=0)]
+        assignment, params_by_client = self._assignment_report(budgets)
         summary = (
             operating_point_report(
                 run_dir,
@@ -171,44 +199,70 @@ class HeteroFLStrategy(HeterogeneousStrategy):
                 budgets=budgets,
                 trained=self.trained_points,
             )
-            | self.accounting_summary(
-                run_dir, {pid: self.costs[rate].params for pid, rate in assigned.items()}
-            )
-            | {
-                "widths": list(WIDTHS),
-                "heterofl_assignment": self.cfg.heterofl_assignment,
-                "clients_by_width": {
-                    f"{rate:g}": sum(1 for r in assigned.values() if r == rate) for rate in WIDTHS
-                },
-                "clients_left_out": len(budgets) - len(assigned),
-                "clients_above_budget": sum(
-                    1
-                    for p in self.nodes.profiles.values()
-                    if p.partition_id in assigned
-                    and self.costs[assigned[p.partition_id]].macs > p.budget
-                ),
-            }
+            | self.accounting_summary(run_dir, params_by_client)
+            | {"widths": list(WIDTHS), "heterofl_assignment": self.cfg.heterofl_assignment}
+            | assignment
         )
+        unit = "client-rounds" if self.cfg.heterofl_assignment == "dynamic" else "clients"
+        by_width = summary[unit.replace("-", "_") + "_by_width"]
         log(INFO, "HeteroFL widths (test accuracy after per-width BN statistics):")
         for row, rate in zip(summary["variants"], WIDTHS, strict=True):
             log(
                 INFO,
-                "\twidth %-6g | %8.2fM MACs | %7.3fM params | %2d clients | %.2f%%",
+                "\twidth %-6g | %8.2fM MACs | %7.3fM params | %3d %s | %.2f%%",
                 rate,
                 row["macs"] / 1e6,
                 row["params"] / 1e6,
-                summary["clients_by_width"][f"{rate:g}"],
+                by_width[f"{rate:g}"],
+                unit,
                 100 * row["accuracy"],
             )
         log(
             INFO,
-            "population accuracy (largest affordable width): %.2f%%; %s assignment, %d clients "
-            "train a width above their budget",
+            "population accuracy (largest affordable width): %.2f%%; %s assignment, %d %s "
+            "trained a width above their budget",
             100 * summary["population_accuracy"],
             summary["heterofl_assignment"],
-            summary["clients_above_budget"],
+            summary[unit.replace("-", "_") + "_above_budget"],
+            unit,
         )
         return summary
+
+    def _assignment_report(
+        self, budgets: dict[int, float]
+    ) -> tuple[dict[str, Any], dict[int, int] | None]:
+        """Who trained which width, for summary.json, and the payload each client would get
+        (None under ``dynamic``: a client's payload changes by round, so the ledger's mean)."""
+        if self.cfg.heterofl_assignment == "dynamic":
+            rounds = self.trained_widths()
+            return {
+                "client_rounds_by_width": {
+                    f"{rate:g}": sum(1 for _, r in rounds if r == rate) for rate in WIDTHS
+                },
+                "client_rounds_above_budget": sum(
+                    1 for pid, rate in rounds if self.costs[rate].macs > budgets[pid]
+                ),
+                "clients_left_out": 0,
+            }, None
+        assigned = self.assigned_widths()
+        return {
+            "clients_by_width": {
+                f"{rate:g}": sum(1 for r in assigned.values() if r == rate) for rate in WIDTHS
+            },
+            "clients_left_out": len(budgets) - len(assigned),
+            "clients_above_budget": sum(
+                1 for pid, rate in assigned.items() if self.costs[rate].macs > budgets[pid]
+            ),
+        }, {pid: self.costs[rate].params for pid, rate in assigned.items()}
+
+
+def dynamic_widths(seed: int, server_round: int, num_clients: int) -> dict[int, float]:
+    """Partition id -> width in one round of the authors' ``dynamic`` split with equal
+    proportions: every client draws a rate independently (official
+    ``Federation.make_model_rate``: ``torch.multinomial(proportion, num_users,
+    replacement=True)`` each round), here from a generator seeded by (seed, round)."""
+    rng = np.random.default_rng([seed, server_round, _DYNAMIC_STREAM])
+    return {pid: WIDTHS[k] for pid, k in enumerate(rng.integers(len(WIDTHS), size=num_clients))}
 
 
 def proportion_widths(profiles: Iterable[NodeProfile]) -> dict[int, float]:
