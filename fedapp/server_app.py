@@ -30,6 +30,14 @@ from fedapp.messages import DATA_FACTS, SELECTION_KEY
 from fedapp.profiles import NodeRegistry
 from fedapp.strategies.base import HeterogeneousStrategy, State, build_strategy
 
+#: A round's heaviest clients, pushed ahead of the rest so they start first: a round cannot end
+#: before its heaviest client, and Flower's simulation engine would otherwise start clients in
+#: node order, and an actor idled while the other finished a client that had started last
+#: (the quickstart's time above its clients' training fell from 28.5 s to 12.5 s with this).
+#: Two: wherever a round is worth shortening, its clients run on at least two actors or devices.
+#: The order changes no result: replies are aggregated in partition order.
+LEADING_CLIENTS = 2
+
 app = ServerApp()
 
 
@@ -185,7 +193,8 @@ def _train_round(
     messages = strategy.configure_round(server_round, state, grid)
     for message in messages:
         message.content[DATA_FACTS] = ConfigRecord(facts)
-    replies = exchange(grid, messages, strategy.cfg.round_timeout)
+    messages.sort(key=lambda m: -strategy.expected_work(m.metadata.dst_node_id))
+    replies = exchange(grid, messages, strategy.cfg.round_timeout, lead=LEADING_CLIENTS)
     aggregate_start = time.perf_counter()
     new_state, metrics = strategy.aggregate_round(server_round, replies)
     report = strategy.report

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, MessageType
 from local_grid import (
+    FIRST_NODE_ID,
     LocalGrid,
     local_federation,
     preset_overrides,
@@ -200,6 +201,39 @@ def test_same_seed_same_cohorts_and_model(tmp_path) -> None:
     assert cohorts_a == cohorts_b
     assert all(np.array_equal(state_a[k], state_b[k]) for k in state_a)
     assert any(not np.array_equal(state_a[k], state_c[k]) for k in state_a)
+
+
+def test_each_round_pushes_its_heaviest_clients_first(tmp_path) -> None:
+    """Examples x payload parameters, descending (the payloads differ by budget under FEAST)."""
+    shrunk_quickstart = preset_overrides("quickstart") | {
+        "dataset": "digits",
+        "variant_cache": "feast-small-digits",
+        "budget_min": 2e5,
+        "budget_max": 6e6,
+        "allocation_cap": 4.2e6,
+        "num_clients": 4,
+        "fraction_train": 1.0,
+        "num_server_rounds": 2,
+        "local_epochs": 1,
+        "calibration_size": 50,
+        "validation_size": 200,
+        "test_size": 300,
+    }
+    config = _config(tmp_path, **shrunk_quickstart)
+    cfg = parse_run_config(config)
+    _, grid = run_local(config, num_nodes=4)
+    for server_round in ("1", "2"):
+        sent = [
+            m
+            for m in grid.sent
+            if m.metadata.message_type == MessageType.TRAIN and m.metadata.group_id == server_round
+        ]
+        work = [
+            len(client_shard(cfg, m.metadata.dst_node_id - FIRST_NODE_ID).labels)
+            * sum(int(np.prod(a.shape)) for a in m.content.array_records["arrays"].values())
+            for m in sent
+        ]
+        assert len(sent) == 4 and work == sorted(work, reverse=True)
 
 
 def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:

@@ -168,6 +168,11 @@ class HeterogeneousStrategy(Strategy):
         reply, before ``aggregate``); methods with operating points mark them ``trained``."""
         return ()
 
+    def expected_work(self, node_id: int) -> float:
+        """A node's training work this round, relative to the cohort's: its examples times the
+        parameters it was sent (which grow with the model it trains)."""
+        return self.nodes.profiles[node_id].num_examples * self._sent[node_id][0]
+
     # ---- accounting --------------------------------------------------------------------------
     def _account(self, server_round: int, reply: ValidReply) -> None:
         profile = self.nodes.profiles[reply.node_id]
