@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -119,6 +120,15 @@ def measure_pair(threads: int) -> tuple[float, float]:
     return max(json.loads(out.strip().splitlines()[-1])["seconds"] for out in outputs), load
 
 
+def print_ratios(setting: str, measured: str, ratio: str, runs: dict[Any, list[float]]) -> None:
+    """One markdown table: each setting's median seconds and its ratio to the first setting's."""
+    base = statistics.median(next(iter(runs.values())))
+    print(f"\n| {setting} | {measured} (s, median) | {ratio} |\n|---|---:|---:|")
+    for name, values in runs.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median:.2f} | {median / base:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2)
@@ -147,24 +157,9 @@ def main() -> None:
             seconds, load = measure_pair(threads)
             pairs[threads].append(seconds)
             loads.append(load)
-    base = statistics.median(training["AVX-512 (this CPU's own)"])
-    print("| torch / oneDNN kernels | local training of one round (s, median) | x AVX-512 |")
-    print("|---|---:|---:|")
-    for name, values in training.items():
-        median = statistics.median(values)
-        print(f"| {name} | {median:.2f} | {median / base:.2f} |")
-    one = statistics.median(validation[1])
-    print("\n| ServerApp torch threads | validation of 5 anchors (s, median) | x 1 thread |")
-    print("|---:|---:|---:|")
-    for threads, values in validation.items():
-        median = statistics.median(values)
-        print(f"| {threads} | {median:.2f} | {median / one:.2f} |")
-    alone = statistics.median(pairs[1])
-    print("\n| torch threads per actor, 2 at once | round 1, slower actor (s, median) | x 1 |")
-    print("|---:|---:|---:|")
-    for threads, values in pairs.items():
-        median = statistics.median(values)
-        print(f"| {threads} | {median:.2f} | {median / alone:.2f} |")
+    print_ratios("torch / oneDNN kernels", "local training of one round", "x AVX-512", training)
+    print_ratios("ServerApp torch threads", "validation of 5 anchors", "x 1 thread", validation)
+    print_ratios("torch threads per actor, 2 at once", "round 1, slower actor", "x 1", pairs)
     print(
         f"\n{os.cpu_count()} cores; 1-minute load average at the measurements' starts: "
         f"{min(loads):.1f}-{max(loads):.1f}; {args.reps} repetitions, settings alternating"
