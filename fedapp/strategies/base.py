@@ -197,6 +197,7 @@ class HeterogeneousStrategy(Strategy):
             "ledger_rows": [dict(row) for row in self.ledger.client_rounds],
             "compute_proxy": dict(self.compute_proxy),
             "resource_use": [list(use) for use in self.resource_use],
+            "trained_points": sorted(self.trained_points),
         }
 
     def restore_accounts(self, accounts: dict[str, Any]) -> None:
@@ -207,6 +208,7 @@ class HeterogeneousStrategy(Strategy):
         )
         self.compute_proxy = {int(k): float(v) for k, v in accounts["compute_proxy"].items()}
         self.resource_use = [(float(cpu), float(rss)) for cpu, rss in accounts["resource_use"]]
+        self.trained_points = set(accounts["trained_points"])
 
     def accounting_summary(
         self, run_dir: Path, params_by_client: dict[int, int] | None = None
