@@ -39,6 +39,9 @@ FIARSE_TOPK = ("global", "layerwise")
 HETEROFL_ASSIGNMENTS = ("budget", "proportion", "dynamic")
 #: ScaleFL self-distillation: the authors' code, or the FEAST authors' port.
 SCALEFL_KD_FORMS = ("official", "feast")
+#: FedKD-NAS controller: score candidates on a private hold-out (its labels) or on a public
+#: hold-out against the broadcast target (Z~ or P_T; the global distribution).
+NAS_SCORE_SETS = ("private", "public")
 
 
 class ConfigError(ValueError):
@@ -118,6 +121,8 @@ class RunConfig:
     nas_memory_mb: float
     nas_duel_every: int
     nas_warmup_steps: int
+    nas_score_on: str
+    nas_public_holdout: float
     kd_alpha: float
     kd_temperature: float
     kd_steps: int
@@ -253,6 +258,8 @@ _CHECKS: dict[str, Check] = {
     "nas_memory_mb": _at_least(0),
     "nas_duel_every": _at_least(0),
     "nas_warmup_steps": _at_least(0),
+    "nas_score_on": _one_of(NAS_SCORE_SETS),
+    "nas_public_holdout": (lambda v: 0 < v <= 0.5, "in (0, 0.5]"),
     "kd_steps": _at_least(0),
     "kd_alpha": _at_least(0),
     "kd_temperature": _positive(),
@@ -342,6 +349,16 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"'teacher-folds' = {cfg.teacher_folds} is larger than 'public-size' = "
             f"{cfg.public_size}: every fold needs at least one public image, so allowed is 1 to "
             "public-size"
+        )
+    if (
+        cfg.strategy in ("fedkd-nas", "local-kd")
+        and cfg.nas_score_on == "public"
+        and cfg.teacher_beta == 0
+    ):
+        problems.append(
+            "'nas-score-on' = 'public' scores candidates against the teacher's or the fused "
+            "logits, but 'teacher-beta' = 0 sends none in round 1 (and none ever to Local-KD): "
+            "set teacher-beta > 0 or nas-score-on = 'private'"
         )
     if cfg.resume and not cfg.run_name:
         problems.append(

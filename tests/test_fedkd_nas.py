@@ -13,7 +13,7 @@ import torch
 from flwr.app import RecordDict
 from local_grid import run_config, run_local
 
-from fedapp.clients.fedkd_nas import kd_schedule, train_with_kd
+from fedapp.clients.fedkd_nas import RoundTrainer, kd_schedule, train_with_kd
 from fedapp.clients.nas import (
     Measured,
     NasHistory,
@@ -24,17 +24,19 @@ from fedapp.clients.nas import (
     holdout_split,
     incumbent,
     keep_weights,
+    public_holdout,
     required_gain,
     warm_start,
 )
-from fedapp.config import parse_run_config
+from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo, ImageArrays
+from fedapp.federated_data import public_images
 from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
-from fedapp.profiles import NodeRegistry
+from fedapp.profiles import LocalNode, NodeRegistry
 from fedapp.records import from_record
 from fedapp.strategies.fedkd_nas import FedKDNASStrategy, teacher_folds
-from fedapp.training.distillation import endless, kd_loss
+from fedapp.training.distillation import endless, kd_loss, predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
@@ -223,6 +225,41 @@ def test_holdout_split_is_fixed_and_disjoint() -> None:
     np.testing.assert_array_equal(train.labels, again.labels)
 
 
+def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_the_target() -> None:
+    """nas-score-on = public: the whole shard trains, no candidate distils on the scored public
+    images, and a score is the top-1 agreement with the broadcast target on them."""
+    cfg = _cfg(strategy="fedkd-nas", nas_score_on="public", nas_public_holdout=0.2)
+    distil, scored = public_holdout(200, 0.2, cfg.seed)
+    assert len(scored) == 40 and len(distil) == 160 and not set(distil) & set(scored)
+    np.testing.assert_array_equal(public_holdout(200, 0.2, cfg.seed)[1], scored)
+    target = np.random.default_rng(0).normal(size=(200, 10)).astype(np.float32)
+    node = LocalNode(0, 3, None, 3e5)
+    trainer = RoundTrainer(cfg, node, target, server_round=3, lr=0.02)
+    assert len(trainer.train_part.labels) == len(node.shard(cfg).labels)
+    np.testing.assert_array_equal(trainer.holdout.images, public_images(cfg).images[scored])
+    np.testing.assert_array_equal(trainer.holdout.labels, target[scored].argmax(axis=1))
+    batches = trainer.kd_batches(target, torch.Generator().manual_seed(0))
+    rows = torch.cat([rows for _, rows in itertools.islice(batches, 10)]).numpy()  # 160 rows
+    assert sorted(map(tuple, rows)) == sorted(map(tuple, target[distil]))  # each KD image once
+    trained = trainer.train(LENET[0])
+    logits = predict_logits(trained.model, trainer.holdout, trainer.info, torch.device("cpu"))
+    agreement = np.mean(logits.argmax(axis=1) == target[scored].argmax(axis=1))
+    assert trained.measured.accuracy == pytest.approx(agreement)
+    # private scoring (the default): a hold-out of the shard, KD on every public image
+    private = RoundTrainer(_cfg(strategy="fedkd-nas"), node, target, server_round=3, lr=0.02)
+    assert len(private.train_part.labels) + len(private.holdout.labels) == len(
+        node.shard(cfg).labels
+    )
+    rows = torch.cat(
+        [r for _, r in itertools.islice(private.kd_batches(target, torch.Generator()), 13)]
+    )
+    assert len({tuple(r) for r in rows.numpy()}) == 200
+    with pytest.raises(ConfigError, match="teacher-beta"):  # no target to score against
+        _cfg(strategy="local-kd", nas_score_on="public", teacher_beta=0.0)
+    with pytest.raises(ConfigError, match="nas-score-on"):
+        _cfg(nas_score_on="test")
+
+
 # ---- end to end ----------------------------------------------------------------------------
 def _run(tmp_path, strategy: str, rounds: int = 2, **overrides):
     config = run_config(
@@ -260,14 +297,20 @@ def test_fedkd_nas_two_rounds_on_digits(tmp_path) -> None:
     assert rows[0]["teacher-label-agreement"] < 1.0  # cross-fitted: P_T is not the labels
 
 
+@pytest.mark.parametrize("score_on", ["private", "public"])
 def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_training(
-    tmp_path,
+    tmp_path, score_on: str
 ) -> None:
     """Duels every 2nd round a client trains: each compares two scores of the same round after
-    the same steps, the better one (by more than the required gain) is next round's student."""
-    _, _, choices = _run(tmp_path, "fedkd-nas", rounds=7, nas_duel_every=2)
+    the same steps, the better one (by more than the required gain) is next round's student,
+    whether scored on a private hold-out or on 40 public images against Z~."""
+    _, _, choices = _run(tmp_path, "fedkd-nas", rounds=7, nas_duel_every=2, nas_score_on=score_on)
     budgets = {"0": 183_618, "1": 300_000, "2": 10_000}
-    holdout = {p: len(_client_holdout(int(p))) for p in budgets}
+    holdout = {p: len(_client_holdout(int(p))) if score_on == "private" else 40 for p in budgets}
+    for row in choices:  # a share of the hold-out's images
+        assert float(row["nas-holdout-accuracy"]) * holdout[row["partition"]] == pytest.approx(
+            round(float(row["nas-holdout-accuracy"]) * holdout[row["partition"]])
+        )
     duels = [row for row in choices if row["rival"]]
     assert len(duels) >= 6
     for row in duels:
@@ -286,8 +329,19 @@ def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_traini
         for before, after in itertools.pairwise(rows):  # each round trains the last winner
             trained = after["rival"] if after["reason"] == "duel-switched" else after["candidate"]
             assert trained == before["candidate"]
-        rivals = [row["rival"] for row in rows if row["rival"]]
-        assert len(set(rivals)) == min(len(rivals), len(feasible) - 1)  # a new rival each duel
+        last_measured: dict[str, int] = {}  # each duel's challenger is the stalest rival
+        for row in rows:
+            trained = row["rival"] if row["reason"] == "duel-switched" else row["candidate"]
+            if row["rival"]:
+                challenged = ({row["candidate"], row["rival"]} - {trained}).pop()
+                stalest = min(
+                    (c for c in LENET if c.name in feasible and c.name != trained),
+                    key=lambda c: (last_measured.get(c.name, -1), -c.macs),
+                )
+                assert challenged == stalest.name
+            for name in (row["candidate"], row["rival"]):
+                if name:
+                    last_measured[name] = int(row["round"])
 
 
 def _client_holdout(partition: int) -> np.ndarray:

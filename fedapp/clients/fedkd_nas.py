@@ -32,11 +32,13 @@ from fedapp.clients.nas import (
     holdout_split,
     incumbent,
     keep_weights,
+    public_holdout,
     required_gain,
     score,
     warm_start,
 )
 from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.federated_data import dataset_info, public_images
 from fedapp.messages import (
@@ -148,23 +150,40 @@ class RoundTrainer:
     """One client's round: the same batches, steps and KD target for every candidate it trains."""
 
     def __init__(
-        self, message: Message, cfg: RunConfig, node: LocalNode, target: np.ndarray | None
+        self,
+        cfg: RunConfig,
+        node: LocalNode,
+        target: np.ndarray | None,
+        server_round: int,
+        lr: float,
     ) -> None:
         self.cfg, self.node, self.target = cfg, node, target
         self.info = dataset_info(cfg)
-        self.round = int(message.content[CONFIG][SERVER_ROUND])
-        self.lr = float(message.content[CONFIG][LEARNING_RATE])
+        self.round, self.lr = server_round, lr
         self.device = resolve_device(cfg.device)
-        self.train_part, self.holdout = holdout_split(
-            node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
-        )
+        self.public = public_images(cfg)
+        self.kd_rows: slice | np.ndarray = slice(None)  # the public images KD trains on
+        if cfg.nas_score_on == "public" and target is not None:
+            # the whole shard trains; scores are top-1 agreement with the target on public
+            # images that no candidate distils on
+            self.kd_rows, scored = public_holdout(
+                len(self.public.labels), cfg.nas_public_holdout, cfg.seed
+            )
+            self.train_part = node.shard(cfg)
+            self.holdout = ImageArrays(self.public.images[scored], target[scored].argmax(axis=1))
+        else:
+            self.train_part, self.holdout = holdout_split(
+                node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
+            )
 
     def _seeded(self, *stream: int) -> torch.Generator:
         return seed_local_work(self.cfg.seed, self.round, self.node.partition_id, *stream)
 
-    def _public(self, target: np.ndarray, generator: torch.Generator) -> Iterator:
+    def kd_batches(self, target: np.ndarray, generator: torch.Generator) -> Iterator:
+        """Endless shuffled (public image, target row) batches over the images KD may use."""
+        images = ImageArrays(self.public.images[self.kd_rows], self.public.labels[self.kd_rows])
         loader = target_loader(
-            public_images(self.cfg), target, self.info, self.cfg.batch_size, generator
+            images, target[self.kd_rows], self.info, self.cfg.batch_size, generator
         )
         return endless(loader)
 
@@ -182,7 +201,7 @@ class RoundTrainer:
             load_state(model, kept)
         public_seen = 0
         if warmup_target is not None and cfg.nas_warmup_steps > 0:
-            public = self._public(warmup_target, self._seeded(WARMUP_STREAM))
+            public = self.kd_batches(warmup_target, self._seeded(WARMUP_STREAM))
             _, public_seen = train_with_kd(
                 model,
                 [],
@@ -203,7 +222,7 @@ class RoundTrainer:
             stats, seen = train_with_kd(
                 model,
                 private,
-                self._public(self.target, generator),
+                self.kd_batches(self.target, generator),
                 optimizer,
                 cfg.local_epochs,
                 self.device,
@@ -228,7 +247,7 @@ class RoundTrainer:
         incumbent's own logits on the public set."""
         if self.target is not None:
             return self.target
-        return predict_logits(trained.model, public_images(self.cfg), self.info, self.device)
+        return predict_logits(trained.model, self.public, self.info, self.device)
 
 
 def local_round(
@@ -236,7 +255,10 @@ def local_round(
 ) -> tuple[nn.Module, dict[str, float | int]]:
     """Train the incumbent (and in a duel round a challenger), settle the student and keep what
     the controller learnt; returns the student and the reply metrics (choice, scores, reason)."""
-    trainer = RoundTrainer(message, cfg, node, target)
+    instructions = message.content[CONFIG]
+    trainer = RoundTrainer(
+        cfg, node, target, int(instructions[SERVER_ROUND]), float(instructions[LEARNING_RATE])
+    )
     history = NasHistory.load(node.state)
     feasible = feasible_candidates(cfg, trainer.info, node.budget)
     current, reason = incumbent(feasible, history)

@@ -9,7 +9,10 @@ Every round a client trains one architecture from the run's candidate family:
   the rival whose last measurement is the oldest (never measured first, larger first), warm-started
   from its kept weights and ``nas-warmup-steps`` KD steps on the public set, then given exactly the
   incumbent's local training of that round (same batches, same steps);
-- score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget; the challenger replaces
+- score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget, on a share of the
+  client's shard (``nas-score-on = "private"``) or on a share of the public set kept out of KD,
+  as top-1 agreement with the broadcast target (``"public"``: the global distribution, which a
+  label-skewed shard's hold-out does not measure); the challenger replaces
   the incumbent only if it beats it by more than the margin, and the margin is never finer than
   one hold-out example (1 / hold-out size), so a switch is never decided by the hold-out's noise.
 Decisions only ever compare two scores measured in the same round after the same number of
@@ -37,6 +40,7 @@ from fedapp.run_models import BYTES_PER_MB, memory_budget, run_candidates, run_f
 
 HISTORY_KEY = "nas-history"
 WEIGHTS_KEY = "nas-weights:"  # + candidate name
+PUBLIC_HOLDOUT_STREAM = 11  # seeds the public hold-out apart from everything else
 
 
 @dataclass(frozen=True)
@@ -203,3 +207,11 @@ def holdout_split(
         ImageArrays(shard.images[train], shard.labels[train]),
         ImageArrays(shard.images[holdout], shard.labels[holdout]),
     )
+
+
+def public_holdout(size: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(public indices the clients distil on, public indices they score on): the same for every
+    client and round, so all scores of a run are measured on one set; at least one each."""
+    held = min(max(1, round(fraction * size)), size - 1)
+    order = np.random.default_rng([seed, PUBLIC_HOLDOUT_STREAM]).permutation(size)
+    return np.sort(order[held:]), np.sort(order[:held])
