@@ -356,9 +356,9 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
         and cfg.teacher_beta == 0
     ):
         problems.append(
-            "'nas-score-on' = 'public' scores candidates against the teacher's or the fused "
-            "logits, but 'teacher-beta' = 0 sends none in round 1 (and none ever to Local-KD): "
-            "set teacher-beta > 0 or nas-score-on = 'private'"
+            "'nas-score-on' = 'public' (the default) scores candidates against the teacher's or "
+            "the fused logits, but 'teacher-beta' = 0 sends none in round 1 (none ever to "
+            "Local-KD): set teacher-beta > 0 or nas-score-on = 'private'"
         )
     if cfg.resume and not cfg.run_name:
         problems.append(

@@ -245,8 +245,9 @@ def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_t
     logits = predict_logits(trained.model, trainer.holdout, trainer.info, torch.device("cpu"))
     agreement = np.mean(logits.argmax(axis=1) == target[scored].argmax(axis=1))
     assert trained.measured.accuracy == pytest.approx(agreement)
-    # private scoring (the default): a hold-out of the shard, KD on every public image
-    private = RoundTrainer(_cfg(strategy="fedkd-nas"), node, target, server_round=3, lr=0.02)
+    # private scoring: a hold-out of the shard, KD on every public image
+    private_cfg = _cfg(strategy="fedkd-nas", nas_score_on="private")
+    private = RoundTrainer(private_cfg, node, target, server_round=3, lr=0.02)
     assert len(private.train_part.labels) + len(private.holdout.labels) == len(
         node.shard(cfg).labels
     )
@@ -304,7 +305,11 @@ def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_traini
     """Duels every 2nd round a client trains: each compares two scores of the same round after
     the same steps, the better one (by more than the required gain) is next round's student,
     whether scored on a private hold-out or on 40 public images against Z~."""
-    _, _, choices = _run(tmp_path, "fedkd-nas", rounds=7, nas_duel_every=2, nas_score_on=score_on)
+    summary, _, choices = _run(
+        tmp_path, "fedkd-nas", rounds=7, nas_duel_every=2, nas_score_on=score_on
+    )
+    switches = [row for row in choices if row["reason"] == "duel-switched"]
+    assert summary["nas_switches"] == len(switches)  # a client's first choice is no switch
     budgets = {"0": 183_618, "1": 300_000, "2": 10_000}
     holdout = {p: len(_client_holdout(int(p))) if score_on == "private" else 40 for p in budgets}
     for row in choices:  # a share of the hold-out's images

@@ -286,7 +286,7 @@ def local_round(
     for run in sorted(runs, key=lambda r: r is student):  # the student is kept last (most recent)
         history.measured[run.candidate.name] = run.measured
         keep_weights(node.state, history, run.candidate.name, run.model.state_dict(), cfg.nas_keep)
-    switched = student.candidate.name != history.incumbent
+    switched = history.incumbent not in ("", student.candidate.name)  # a first choice is none
     history.incumbent = student.candidate.name
     history.rounds_trained += 1
     history.save(node.state)

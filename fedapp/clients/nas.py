@@ -10,9 +10,9 @@ Every round a client trains one architecture from the run's candidate family:
   from its kept weights and ``nas-warmup-steps`` KD steps on the public set, then given exactly the
   incumbent's local training of that round (same batches, same steps);
 - score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget, on a share of the
-  client's shard (``nas-score-on = "private"``) or on a share of the public set kept out of KD,
-  as top-1 agreement with the broadcast target (``"public"``: the global distribution, which a
-  label-skewed shard's hold-out does not measure); the challenger replaces
+  a share of the public set kept out of KD, as top-1 agreement with the broadcast target
+  (``nas-score-on = "public"``: the global distribution, which a label-skewed shard's hold-out
+  does not measure), or on a share of the client's shard (``"private"``); the challenger replaces
   the incumbent only if it beats it by more than the margin, and the margin is never finer than
   one hold-out example (1 / hold-out size), so a switch is never decided by the hold-out's noise.
 Decisions only ever compare two scores measured in the same round after the same number of
