@@ -42,6 +42,8 @@ SCALEFL_KD_FORMS = ("official", "feast")
 #: FedKD-NAS controller: score candidates on a private hold-out (its labels) or on a public
 #: hold-out against the broadcast target (Z~ or P_T; the global distribution).
 NAS_SCORE_SETS = ("private", "public")
+#: The methods with a server-trained teacher and the client NAS controller.
+TEACHER_METHODS = ("fedkd-nas", "local-kd")
 
 
 class ConfigError(ValueError):
@@ -344,17 +346,13 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             "(random architectures of the whole space); DeepFedNAS samples its cached path: "
             "use 'budget-constrained' or 'unconstrained'"
         )
-    if cfg.strategy in ("fedkd-nas", "local-kd") and cfg.teacher_folds > max(cfg.public_size, 1):
+    if cfg.strategy in TEACHER_METHODS and cfg.teacher_folds > max(cfg.public_size, 1):
         problems.append(
             f"'teacher-folds' = {cfg.teacher_folds} is larger than 'public-size' = "
             f"{cfg.public_size}: every fold needs at least one public image, so allowed is 1 to "
             "public-size"
         )
-    if (
-        cfg.strategy in ("fedkd-nas", "local-kd")
-        and cfg.nas_score_on == "public"
-        and cfg.teacher_beta == 0
-    ):
+    if cfg.strategy in TEACHER_METHODS and cfg.nas_score_on == "public" and cfg.teacher_beta == 0:
         problems.append(
             "'nas-score-on' = 'public' (the default) scores candidates against the teacher's or "
             "the fused logits, but 'teacher-beta' = 0 sends none in round 1 (none ever to "

@@ -163,11 +163,15 @@ class RoundTrainer:
         self.device = resolve_device(cfg.device)
         self.public = public_images(cfg)
         self.kd_rows: slice | np.ndarray = slice(None)  # the public images KD trains on
+        self.kd_images = self.public
         if cfg.nas_score_on == "public" and target is not None:
             # the whole shard trains; scores are top-1 agreement with the target on public
             # images that no candidate distils on
             self.kd_rows, scored = public_holdout(
                 len(self.public.labels), cfg.nas_public_holdout, cfg.seed
+            )
+            self.kd_images = ImageArrays(
+                self.public.images[self.kd_rows], self.public.labels[self.kd_rows]
             )
             self.train_part = node.shard(cfg)
             self.holdout = ImageArrays(self.public.images[scored], target[scored].argmax(axis=1))
@@ -181,9 +185,8 @@ class RoundTrainer:
 
     def kd_batches(self, target: np.ndarray, generator: torch.Generator) -> Iterator:
         """Endless shuffled (public image, target row) batches over the images KD may use."""
-        images = ImageArrays(self.public.images[self.kd_rows], self.public.labels[self.kd_rows])
         loader = target_loader(
-            images, target[self.kd_rows], self.info, self.cfg.batch_size, generator
+            self.kd_images, target[self.kd_rows], self.info, self.cfg.batch_size, generator
         )
         return endless(loader)
 

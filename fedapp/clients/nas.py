@@ -9,7 +9,7 @@ Every round a client trains one architecture from the run's candidate family:
   the rival whose last measurement is the oldest (never measured first, larger first), warm-started
   from its kept weights and ``nas-warmup-steps`` KD steps on the public set, then given exactly the
   incumbent's local training of that round (same batches, same steps);
-- score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget, on a share of the
+- score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget, on
   a share of the public set kept out of KD, as top-1 agreement with the broadcast target
   (``nas-score-on = "public"``: the global distribution, which a label-skewed shard's hold-out
   does not measure), or on a share of the client's shard (``"private"``); the challenger replaces
@@ -199,10 +199,7 @@ def holdout_split(
 ) -> tuple[ImageArrays, ImageArrays]:
     """(training part, hold-out part) of a shard, the same split every round; at least one
     example on each side."""
-    n = len(shard.labels)
-    held = min(max(1, round(fraction * n)), n - 1)
-    order = np.random.default_rng([seed, partition_id]).permutation(n)
-    train, holdout = np.sort(order[held:]), np.sort(order[:held])
+    train, holdout = _seeded_split(len(shard.labels), fraction, [seed, partition_id])
     return (
         ImageArrays(shard.images[train], shard.labels[train]),
         ImageArrays(shard.images[holdout], shard.labels[holdout]),
@@ -212,6 +209,12 @@ def holdout_split(
 def public_holdout(size: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(public indices the clients distil on, public indices they score on): the same for every
     client and round, so all scores of a run are measured on one set; at least one each."""
+    return _seeded_split(size, fraction, [seed, PUBLIC_HOLDOUT_STREAM])
+
+
+def _seeded_split(size: int, fraction: float, key: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(kept indices, held-out indices), sorted: a ``fraction`` of ``range(size)`` drawn by the
+    seed ``key``, at least one index on each side."""
     held = min(max(1, round(fraction * size)), size - 1)
-    order = np.random.default_rng([seed, PUBLIC_HOLDOUT_STREAM]).permutation(size)
+    order = np.random.default_rng(key).permutation(size)
     return np.sort(order[held:]), np.sort(order[:held])
