@@ -225,7 +225,9 @@ def test_emnist_reads_idx_files(monkeypatch, tmp_path: Path, digits) -> None:
 
 _OFFLINE_PROBE = """
 import json, sys
+from fedapp.data import registry
 from fedapp.data.registry import DatasetUnavailableError, load_dataset
+registry.SYSTEM_IDX_DIRS.clear()  # the hub path, also where Debian's Fashion-MNIST is installed
 messages = {}
 for name in sys.argv[2:]:
     try:

