@@ -11,7 +11,11 @@ payload per client-round, compute proxy, client resources), the efficiency score
 With ``--seeds N`` the whole comparison runs under N seeds (the configured seed and the N - 1
 after it, each in ``seed-<s>/`` with its own tables); the top level then reports every column as
 mean ± std over the seeds, with a plot of each method's mean test accuracy and its spread.
+A single seed's tables give each accuracy its 95 % Wilson interval from the test images.
 Everything is checked before the first run starts: a typo fails in a second, not after an hour.
+A comparison run again into the same folder keeps the strategies that finished (if their run
+config is the one it would use now: otherwise it stops) and resumes interrupted ones from their
+last completed round.
 """
 
 from __future__ import annotations
@@ -29,8 +33,17 @@ from flwr.common.config import get_fused_config_from_dir
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
+from fedapp.evaluation.frontier import frontier_rise
+from fedapp.evaluation.intervals import (
+    HIGH,
+    LOW,
+    SUMMARY_SUFFIX,
+    format_accuracy,
+    row_interval,
+    wilson_interval,
+)
 from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
-from fedapp.evaluation.results import write_csv
+from fedapp.evaluation.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, write_csv
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.methods import METHOD_NAMES
 
@@ -52,6 +65,7 @@ PROTOCOL_KEYS = frozenset(
         "validation-size",
         "public-size",
         "test-size",
+        "client-pool-size",
         "budget-min",
         "budget-max",
         "zipf-s",
@@ -70,6 +84,11 @@ EFFICIENCY_FILE = "efficiency.csv"
 REPORT_FILE = "comparison.md"
 PLOT_FILE = "accuracy_vs_macs.png"
 SEEDS_PLOT_FILE = "accuracy_over_seeds.png"
+#: Run-config keys that may differ between a kept run and the comparison: where it is written,
+#: and ``resume``, which an interrupted run was continued with.
+PLACEMENT_KEYS = frozenset({"out-dir", "run-name", "resume"})
+#: Suffixes of the columns that hold an accuracy's 95 % interval, after the accuracy's own key.
+CI_LOW, CI_HIGH = "_" + LOW, "_" + HIGH
 
 
 @dataclass(frozen=True)
@@ -166,22 +185,93 @@ def load_comparison(
     return comparison
 
 
+def run_dir_of(out_dir: Path, strategy: str) -> Path:
+    """Where a comparison's run of one strategy writes its files."""
+    return out_dir / strategy / "run"
+
+
+def placed_run_config(comparison: Comparison, strategy: str, out_dir: Path) -> dict[str, Any]:
+    """A strategy's run config, writing into ``run_dir_of(out_dir, strategy)``."""
+    return comparison.run_config(strategy) | {
+        "out-dir": str(out_dir),
+        "run-name": f"{strategy}/run",
+    }
+
+
+_ABSENT = "(absent)"
+
+
+def config_differences(run_dir: Path, config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Key -> (the kept run's value, the value ``config`` resolves to) for every run-config key
+    on which a run's ``config.json`` and ``config`` differ, placement keys aside; both sides as
+    the ServerApp writes them (parsed and JSON round-tripped), so 0.1 and 1e-1 are one value."""
+    kept = json.loads((run_dir / CONFIG_FILE).read_text())
+    wanted = json.loads(json.dumps(parse_run_config(config).as_run_config()))
+    keys = sorted((set(kept) | set(wanted)) - PLACEMENT_KEYS)
+    return {
+        key: (kept.get(key, _ABSENT), wanted.get(key, _ABSENT))
+        for key in keys
+        if kept.get(key, _ABSENT) != wanted.get(key, _ABSENT)
+    }
+
+
+def check_kept_runs(comparison: Comparison, out_dir: Path) -> None:
+    """Stop, before anything runs, where a finished or interrupted run in ``out_dir`` was made
+    with another run config than the comparison's now: keeping it would mix two experiments in
+    one table, and running again would overwrite a finished run."""
+    problems = []
+    for strategy in comparison.strategies:
+        run_dir = run_dir_of(out_dir, strategy)
+        if not any((run_dir / f).exists() for f in (SUMMARY_FILE, CHECKPOINT_FILE)):
+            continue
+        if not (run_dir / CONFIG_FILE).exists():
+            problems.append(f"{strategy}: {run_dir} has results but no {CONFIG_FILE}")
+            continue
+        differences = config_differences(run_dir, placed_run_config(comparison, strategy, out_dir))
+        if differences:
+            changed = "; ".join(
+                f"{key} = {kept!r} there, {wanted!r} now"
+                for key, (kept, wanted) in differences.items()
+            )
+            problems.append(f"{strategy}: {run_dir} was run with another config: {changed}")
+    if problems:
+        raise ConfigError(
+            f"comparison {comparison.name!r} cannot continue in {out_dir}:\n  - "
+            + "\n  - ".join(problems)
+            + "\ngive another --out, or remove a run's folder to run it again"
+        )
+
+
+def _accuracy_text(summary: dict[str, Any]) -> str:
+    return format_accuracy(summary["test_accuracy"], _interval(summary, "test_accuracy"))
+
+
 def run_comparison(
     comparison: Comparison, out_dir: Path, federation: str, timeout: float
 ) -> dict[str, dict[str, Any]]:
     """Run every strategy with ``flwr run``; return their summaries (failed runs are reported
-    with their log and left out)."""
+    with their log and left out). A strategy whose run in ``out_dir`` finished is kept, one
+    with a checkpoint but no summary (interrupted) continues from its last completed round
+    (``resume = true``); either only with the same run config (:func:`check_kept_runs`)."""
+    check_kept_runs(comparison, out_dir)
     summaries = {}
     for position, strategy in enumerate(comparison.strategies, start=1):
+        head = f"[{position}/{len(comparison.strategies)}] {strategy}"
         workdir = out_dir / strategy
         workdir.mkdir(parents=True, exist_ok=True)
-        config = comparison.run_config(strategy) | {
-            "out-dir": str(out_dir),
-            "run-name": f"{strategy}/run",
-        }
-        print(f"[{position}/{len(comparison.strategies)}] {strategy} ...", flush=True)
+        summary_path = run_dir_of(out_dir, strategy) / SUMMARY_FILE
+        if summary_path.exists():
+            summaries[strategy] = json.loads(summary_path.read_text())
+            text = _accuracy_text(summaries[strategy])
+            print(f"{head}: already finished ({text}), kept", flush=True)
+            continue
+        config = placed_run_config(comparison, strategy, out_dir)
+        if (run_dir_of(out_dir, strategy) / CHECKPOINT_FILE).exists():
+            config["resume"] = True
+            print(f"{head}: interrupted, resuming from its checkpoint ...", flush=True)
+        else:
+            print(f"{head} ...", flush=True)
         run_app(write_run_config(workdir / "run-config.toml", config), federation, workdir, timeout)
-        summary_path = workdir / "run" / "summary.json"
         if summary_path.exists():
             summaries[strategy] = json.loads(summary_path.read_text())
             print(f"    done in {summaries[strategy]['wall_seconds']:.0f} s", flush=True)
@@ -194,7 +284,7 @@ def collect_summaries(out_dir: Path, strategies: tuple[str, ...]) -> dict[str, d
     """Summaries of runs a previous ``fedapp compare`` left in ``out_dir``."""
     found = {}
     for strategy in strategies:
-        path = out_dir / strategy / "run" / "summary.json"
+        path = run_dir_of(out_dir, strategy) / SUMMARY_FILE
         if path.exists():
             found[strategy] = json.loads(path.read_text())
     return found
@@ -209,8 +299,27 @@ def _optional(mapping: dict[str, Any], *keys: str) -> float | None:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
+def _interval(summary: dict[str, Any], key: str) -> tuple[float, float] | None:
+    """The 95 % interval of a summary's accuracy: as stored (``<key>_ci95``), or for a summary
+    written before intervals existed, from its ``test_examples`` where it has them; else None."""
+    stored = summary.get(key + SUMMARY_SUFFIX)
+    if stored is not None:
+        return float(stored[0]), float(stored[1])
+    value, images = summary.get(key), summary.get("test_images", summary.get("test_examples"))
+    if isinstance(value, int | float) and math.isfinite(value) and isinstance(images, int):
+        return wilson_interval(value, images) if images > 0 else None
+    return None
+
+
+def _with_bounds(key: str, value: Any, interval: tuple[float, float] | None) -> dict[str, Any]:
+    """An accuracy column and its interval's two columns (None where unknown)."""
+    low, high = interval or (None, None)
+    return {key: value, key + CI_LOW: low, key + CI_HIGH: high}
+
+
 def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """One line of the comparison table from a run's summary.json."""
+    """One line of the comparison table from a run's summary.json; test and population accuracy
+    each with the bounds of its 95 % interval (``..._ci95_low``, ``..._ci95_high``)."""
     comm = summary.get("comm", {})
     rounds = comm.get("client_rounds") or 0
     traffic = (comm.get("bytes_down_total") or 0.0) + (comm.get("bytes_up_total") or 0.0)
@@ -218,15 +327,25 @@ def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
     # Points no client trained directly say nothing about what the method reaches at that cost.
     trained = [v for v in variants if v.get("trained", True)]
     compute = _optional(summary, "compute_proxy_total_macs")
+    rise = frontier_rise(variants)
     return {
         "method": strategy,
-        "test_accuracy": summary["test_accuracy"],
+        **_with_bounds(
+            "test_accuracy", summary["test_accuracy"], _interval(summary, "test_accuracy")
+        ),
         "test_loss": summary.get("test_loss"),
-        "population_accuracy": summary.get("population_accuracy"),
+        **_with_bounds(
+            "population_accuracy",
+            summary.get("population_accuracy"),
+            _interval(summary, "population_accuracy"),
+        ),
         "operating_points": len(variants),
         "trained_points": len(trained),
         "min_macs": min((v["macs"] for v in trained), default=None),
         "max_macs": max((v["macs"] for v in variants), default=None),
+        # how the points rise from the cheapest to the costliest, and in rank order
+        "frontier_rise": rise.rise if rise else None,
+        "frontier_spearman": rise.spearman if rise and math.isfinite(rise.spearman) else None,
         "payload_mb_per_client_round": traffic / rounds / 2**20 if rounds else None,
         "params_per_client_round": comm.get("mean_params_per_client_round"),
         "compute_proxy_tmacs": compute / 1e12 if compute else None,
@@ -253,10 +372,16 @@ def efficiency_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for r in usable
     }
     scores = efficiency_scores(costs)
+    bounds = {
+        r["method"]: (r.get("test_accuracy" + CI_LOW), r.get("test_accuracy" + CI_HIGH))
+        for r in rows
+    }
     return [
         {
             "method": name,
             "Acc": c.accuracy,
+            "Acc" + CI_LOW: bounds[name][0],
+            "Acc" + CI_HIGH: bounds[name][1],
             "Loss": c.loss,
             "Comm (MB)": c.comm_mb,
             "CPU (%)": c.cpu_percent,
@@ -274,6 +399,8 @@ def _cell(value: Any, key: str) -> str:
         return value
     if key in {"test_accuracy", "population_accuracy", "Acc"}:
         return f"{100 * value:.2f} %"
+    if key == "frontier_rise":
+        return f"{100 * value:+.2f} pt"
     if key in {"min_macs", "max_macs"}:
         return f"{value / 1e6:.2f}M"
     if isinstance(value, int):
@@ -281,13 +408,28 @@ def _cell(value: Any, key: str) -> str:
     return f"{value:.4g}"
 
 
+def _is_bound(key: str) -> bool:
+    return key.endswith((CI_LOW, CI_HIGH))
+
+
+def _bounds_text(row: dict[str, Any], key: str) -> str:
+    """`` [95.41, 97.66]``: the interval of an accuracy cell, where the row has one."""
+    low, high = row.get(key + CI_LOW), row.get(key + CI_HIGH)
+    if row[key] is None or low is None or high is None:
+        return ""
+    return f" [{100 * low:.2f}, {100 * high:.2f}]"
+
+
 def markdown_table(rows: list[dict[str, Any]]) -> str:
-    """Rows of equal keys as a GitHub markdown table."""
+    """Rows of equal keys as a GitHub markdown table; an accuracy's interval columns are shown
+    in its cell, ``96.70 % [95.41, 97.66]``."""
     if not rows:
         return ""
-    keys = list(rows[0])
+    keys = [k for k in rows[0] if not _is_bound(k)]
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-    lines += ["| " + " | ".join(_cell(r[k], k) for k in keys) + " |" for r in rows]
+    lines += [
+        "| " + " | ".join(_cell(r[k], k) + _bounds_text(r, k) for k in keys) + " |" for r in rows
+    ]
     return "\n".join(lines)
 
 
@@ -303,6 +445,7 @@ def write_outputs(
         {
             "method": s,
             **{k: v[k] for k in ("index", "macs", "params", "accuracy")},
+            **dict(zip((LOW, HIGH), row_interval(v) or (None, None), strict=True)),
             "trained": v.get("trained", True),
         }
         for s in summaries
@@ -310,17 +453,24 @@ def write_outputs(
     ]
     if points:
         write_csv(out_dir / POINTS_FILE, points)
+    single = [s for s in summaries if not summaries[s].get("variants")]
     plot_methods_accuracy_vs_macs(
         out_dir / PLOT_FILE,
         {s: summaries[s].get("variants", []) for s in summaries},
-        {s: summaries[s]["test_accuracy"] for s in summaries if not summaries[s].get("variants")},
-        f"{comparison.name}: test accuracy of every operating point",
+        {s: summaries[s]["test_accuracy"] for s in single},
+        f"{comparison.name}: test accuracy of every operating point (95 % intervals)",
+        {s: _interval(summaries[s], "test_accuracy") for s in single},
     )
     efficiency = efficiency_rows(rows)
     if efficiency:
         write_csv(out_dir / EFFICIENCY_FILE, efficiency)
     report = f"# Comparison {comparison.name}\n\n{comparison.description}\n\n"
     report += markdown_table(rows) + "\n"
+    if any(r["test_accuracy" + CI_LOW] is not None for r in rows):
+        report += (
+            "\nIn brackets: the 95 % Wilson score interval of each accuracy, from the number of "
+            "test images it was measured on.\n"
+        )
     if efficiency:
         report += "\n## Efficiency (FedKD-NAS scores)\n\n" + markdown_table(efficiency) + "\n"
     (out_dir / REPORT_FILE).write_text(report)
@@ -337,7 +487,12 @@ def mean_std_rows(per_seed: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     none does), so every method's row has the same columns."""
     everything = [row for rows in per_seed for row in rows]
     methods = list(dict.fromkeys(row["method"] for row in everything))
-    keys = [k for k in dict.fromkeys(k for row in everything for k in row) if k != "method"]
+    # Across seeds the spread is the std; a seed's own interval bounds are not averaged.
+    keys = [
+        k
+        for k in dict.fromkeys(k for row in everything for k in row)
+        if k != "method" and not _is_bound(k)
+    ]
     result = []
     for method in methods:
         rows = [row for row in everything if row["method"] == method]
@@ -446,6 +601,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.seeds == 1:
         return _run_one(args, comparison, out_dir)
+    if not args.report_only:  # every seed's kept runs are checked before the first run
+        for seed in comparison.seeds(args.seeds):
+            check_kept_runs(comparison.with_seed(seed), seed_dir(out_dir, seed))
     per_seed = {}
     for seed in comparison.seeds(args.seeds):
         print(f"seed {seed}:", flush=True)

@@ -73,6 +73,7 @@ class RunConfig:
     validation_size: int
     public_size: int
     test_size: int
+    client_pool_size: int
     # compute budgets (MACs) and their link to data shares
     budget_min: float
     budget_max: float
@@ -214,6 +215,7 @@ _CHECKS: dict[str, Check] = {
     "validation_size": _at_least(1),
     "public_size": _at_least(0),
     "test_size": _at_least(1),
+    "client_pool_size": _at_least(0),
     "budget_min": _positive(),
     "budget_max": _positive(),
     "zipf_s": _at_least(0),

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from fedapp.config import ConfigError, parse_run_config
+from fedapp.evaluation.intervals import HIGH, LOW, format_row
 from fedapp.evaluation.operating_points import OperatingPoint, calibration_loader
 from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE
 from fedapp.feast_space import model_space
@@ -70,11 +71,13 @@ def extract(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "params": found.params,
         "fitness": found.fitness,
         "test_accuracy": row["accuracy"],
+        "test_accuracy_ci95": [row[LOW], row[HIGH]],
+        "test_images": row["images"],
         "test_loss": row["loss"],
     }
     text = (
         f"extracted {found.arch}: {found.macs / 1e6:.2f}M MACs (limit {args.macs / 1e6:.2f}M), "
-        f"{found.params / 1e6:.3f}M params, test accuracy {100 * row['accuracy']:.2f}% "
+        f"{found.params / 1e6:.3f}M params, test accuracy {format_row(row)} "
         "(BN recalibrated, no retraining)"
     )
     return data, text

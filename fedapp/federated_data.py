@@ -52,13 +52,14 @@ _SHARD_KEYS = (
     "validation_size",
     "public_size",
     "test_size",
+    "client_pool_size",
     "budget_min",
     "budget_max",
     "zipf_s",
     "gamma",
     "allocation_cap",
 )
-_SHARD_FORMAT = 1  # bump when the cached file's layout or the partitioning changes
+_SHARD_FORMAT = 2  # bump when the cached file's layout or the partitioning changes
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def _split(cfg: RunConfig, dataset: LoadedDataset) -> Population:
         public=cfg.public_size,
         test=0 if dataset.test is not None else cfg.test_size,
         seed=cfg.seed,
+        client_pool=cfg.client_pool_size,
     )
     shares = allocation_shares(client_budgets(cfg), cfg.gamma, cfg.allocation_cap)
     pool_shards = client_partitions(

@@ -15,6 +15,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetUnavailableError
+from fedapp.evaluation.intervals import format_accuracy, summary_intervals
 from fedapp.evaluation.plots import plot_rounds
 from fedapp.evaluation.results import (
     BEST_MODEL_FILE,
@@ -120,7 +121,8 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     recorder.save_state(FINAL_MODEL_FILE, state)
     best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
     final_start = time.perf_counter()
-    report = strategy.test_summary(best_state, server_set(cfg, "test"), run_dir)
+    test = server_set(cfg, "test")
+    report = strategy.test_summary(best_state, test, run_dir)
     timing = _timing(recorder.rows, setup_seconds, time.perf_counter() - final_start)
     summary = {
         "strategy": cfg.strategy,
@@ -134,14 +136,16 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         "nodes": len(nodes.profiles),
         "run_dir": str(run_dir),
     } | report
+    # Every test accuracy with its 95 % interval, from the final figures of whatever method.
+    summary |= summary_intervals(summary, len(test.labels))
     recorder.write_json(SUMMARY_FILE, summary)
     plot_rounds(
         run_dir / ROUNDS_PLOT_FILE, recorder.rows, SELECTION_KEY, f"{cfg.strategy} on {cfg.dataset}"
     )
     log(
         INFO,
-        "fedapp: test accuracy %.2f%% (best validation round %d); results in %s",
-        100 * summary["test_accuracy"],
+        "fedapp: test accuracy %s (best validation round %d); results in %s",
+        format_accuracy(summary["test_accuracy"], summary.get("test_accuracy_ci95")),
         best["round"],
         run_dir,
     )

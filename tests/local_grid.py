@@ -172,3 +172,18 @@ def run_local(
     server_context(config)
     grid = LocalGrid(client_app, config, num_nodes, **grid_options)
     return run_experiment(grid, parse_run_config(config)), grid
+
+
+class PowerCut(RuntimeError):
+    """The server lost mid-round: raised from a reply hook to cut a run where it stands."""
+
+
+def crash_in_round(server_round: int) -> Callable[[int, Message], Message]:
+    """A reply hook that cuts the run when the first reply of ``server_round`` arrives."""
+
+    def hook(index: int, reply: Message) -> Message:
+        if reply.metadata.group_id == str(server_round):
+            raise PowerCut(f"server lost in round {server_round}")
+        return reply
+
+    return hook

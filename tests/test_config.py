@@ -63,6 +63,7 @@ def test_int_is_accepted_where_a_float_is_expected() -> None:
             "'budget-rng' = 'legacy' is not allowed: must be one of 'generator', 'authors'",
         ),
         ({"learning_rate": float("nan")}, "'learning-rate' = nan: must be a finite number"),
+        ({"client_pool_size": -1}, "'client-pool-size' = -1 is not allowed: must be >= 0"),
     ],
 )
 def test_invalid_values_name_key_value_and_what_is_allowed(overrides, expected) -> None:

@@ -19,6 +19,7 @@ from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, METRICS
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import local_node
+from fedapp.random_streams import Stream
 from fedapp.records import load_state, to_record
 from fedapp.training.loops import seed_local_work, train_loader
 
@@ -90,7 +91,7 @@ def test_personal_model_is_kept_in_node_state_and_trained_from_there() -> None:
     replay, anchor = build_model(cfg.model, info), build_model(cfg.model, info)
     load_state(replay, first)
     load_state(anchor, global_state)
-    generator = seed_local_work(cfg.seed, 2, 1, ditto.PERSONAL_STREAM)
+    generator = seed_local_work(cfg.seed, Stream.DITTO_PERSONAL, 2, 1)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     ditto.train_personal(replay, anchor, loader, cfg, 0.05, CPU)
     for name, value in replay.state_dict().items():

@@ -156,8 +156,9 @@ def test_static_bn_keeps_no_statistics_and_normalises_by_the_batch() -> None:
 
 def test_two_round_federation_reports_every_width(tmp_path) -> None:
     overrides = DIGITS_HETEROFL | {
-        "budget_min": 1e4,  # budgets 1e4 (no width: left out), 0.49M, 0.80M, 2.1M
-        "zipf_s": 3.0,
+        "budget_min": 1e4,  # budgets 1e4 (no width: left out), 0.076M, 0.89M, 4.4M
+        "zipf_s": 2.0,
+        "gamma": 0.0,  # equal data shares: the 1e4 client still holds a shard
         "num_clients": 4,
         "fraction_train": 1.0,
         "num_server_rounds": 2,
@@ -209,6 +210,7 @@ def test_two_round_federation_reports_every_width(tmp_path) -> None:
 def test_proportion_assignment_trains_every_width(tmp_path) -> None:
     overrides = DIGITS_HETEROFL | {
         "heterofl_assignment": "proportion",
+        "gamma": 0.0,  # equal data shares: budgets of 3e4 would get too few examples
         "num_clients": 5,
         "fraction_train": 1.0,
         "num_server_rounds": 1,

@@ -23,6 +23,7 @@ from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
 from fedapp.messages import CONSENSUS, CONSENSUS_ROUND, LABEL_COUNTS, LABEL_LOGITS, LOGITS
 from fedapp.profiles import local_node
+from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state, to_record
 from fedapp.server_app import run_experiment
 from fedapp.strategies.feddistill import CLIENT_LOGITS, UPLOAD_ROUND, label_consensus
@@ -158,7 +159,7 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
     kept = load_arrays(node.state, MODEL_KEY)
 
     def replay(order: list[str]) -> dict[str, np.ndarray]:
-        generator = seed_local_work(cfg.seed, 2, node.partition_id)
+        generator = seed_local_work(cfg.seed, Stream.LOCAL_TRAINING, 2, node.partition_id)
         model = load_own_model(cfg, node, info)[0]
         load_state(model, after_round_1)
         private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)

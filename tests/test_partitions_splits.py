@@ -48,3 +48,19 @@ def test_sizes_that_do_not_fit(labels) -> None:
     assert "calibration=500" in message and "= 5000" in message and "has 5000" in message
     with pytest.raises(ValueError, match=">= 0"):
         server_splits(labels, calibration=-1, validation=0, public=0, test=0, seed=0)
+
+
+def test_a_client_pool_is_a_seeded_draw_of_the_rest(labels) -> None:
+    """client_pool > 0 keeps the server sets as they were and gives the clients that many of
+    the remaining examples; the rest of the training set is held by no one."""
+    whole = server_splits(labels, **SIZES, seed=4)
+    pooled = server_splits(labels, **SIZES, seed=4, client_pool=1200)
+    for name in SIZES:
+        np.testing.assert_array_equal(getattr(whole, name), getattr(pooled, name))
+    assert pooled.clients.size == 1200 and np.all(np.diff(pooled.clients) > 0)
+    assert np.isin(pooled.clients, whole.clients).all()
+    again = server_splits(labels, **SIZES, seed=4, client_pool=1200)
+    np.testing.assert_array_equal(pooled.clients, again.clients)
+    left = labels.size - sum(SIZES.values())
+    with pytest.raises(ValueError, match=f"allowed is 0 \\(all of them\\) to {left}"):
+        server_splits(labels, **SIZES, seed=4, client_pool=left + 1)

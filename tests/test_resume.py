@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flwr.app import Message
-from local_grid import preset_overrides, run_config, run_local
+from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, run_local
 from processes import read_rounds
 from test_feast import DIGITS_FEAST
 
@@ -27,19 +26,6 @@ ROUNDS, CRASH_AFTER = 2, 1
 #: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.
 VOLATILE = {"wall_seconds", "timing", "resumed_from_round", "run_dir"}
 MEASURED = {"cpu_percent_mean", "peak_rss_mb_mean", "peak_rss_mb_max"}
-
-
-class PowerCut(RuntimeError):
-    pass
-
-
-def _crash_in_round(server_round: int):
-    def hook(index: int, reply: Message) -> Message:
-        if reply.metadata.group_id == str(server_round):
-            raise PowerCut(f"server lost in round {server_round}")
-        return reply
-
-    return hook
 
 
 def _config(out: Path, name: str, **extra: Any) -> dict[str, Any]:
@@ -68,7 +54,7 @@ def test_resumed_run_reports_the_accounting_of_an_uninterrupted_one(tmp_path: Pa
 
     crash = _config(tmp_path, "crash")
     with pytest.raises(PowerCut):
-        hooks = dict.fromkeys(range(4), _crash_in_round(CRASH_AFTER + 1))
+        hooks = dict.fromkeys(range(4), crash_in_round(CRASH_AFTER + 1))
         run_local(crash, num_nodes=4, reply_hooks=hooks)
     assert [r["round"] for r in read_rounds(tmp_path / "crash")] == list(range(1, CRASH_AFTER + 1))
     resumed, _ = run_local(_config(tmp_path, "crash", resume=True), num_nodes=4)

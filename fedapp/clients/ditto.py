@@ -27,6 +27,7 @@ from fedapp.federated_data import dataset_info
 from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, LEARNING_RATE, METRICS, SERVER_ROUND
 from fedapp.models.zoo import build_model
 from fedapp.profiles import LocalNode
+from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state
 from fedapp.training.loops import (
     TrainStats,
@@ -39,8 +40,6 @@ from fedapp.training.loops import (
 
 #: node-state key of the personal model
 PERSONAL_KEY = "ditto-personal"
-#: extra seed of the personal model's local work (its data order differs from the global copy's)
-PERSONAL_STREAM = 1
 
 
 def add_proximal_term(
@@ -89,7 +88,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     load_state(global_model, received)
     personal = build_model(cfg.model, info)
     load_state(personal, load_arrays(node.state, PERSONAL_KEY) or received)
-    generator = seed_local_work(cfg.seed, server_round, node.partition_id, PERSONAL_STREAM)
+    generator = seed_local_work(cfg.seed, Stream.DITTO_PERSONAL, server_round, node.partition_id)
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     stats = train_personal(personal, global_model, loader, cfg, lr, resolve_device(cfg.device))
     save_arrays(node.state, PERSONAL_KEY, personal.state_dict())

@@ -33,6 +33,7 @@ from fedapp.messages import (
     SERVER_ROUND,
 )
 from fedapp.profiles import LocalNode
+from fedapp.random_streams import Stream
 from fedapp.records import from_record, to_record
 from fedapp.training.loops import (
     backward,
@@ -84,7 +85,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     info = dataset_info(cfg)
     device = resolve_device(cfg.device)
     config = message.content[CONFIG]
-    generator = seed_local_work(cfg.seed, int(config[SERVER_ROUND]), node.partition_id)
+    generator = seed_local_work(
+        cfg.seed, Stream.LOCAL_TRAINING, int(config[SERVER_ROUND]), node.partition_id
+    )
     model, _ = load_own_model(cfg, node, info)
     received = from_record(message.content[ARRAYS])
     global_logits = torch.as_tensor(received[GLOBAL_LOGITS], device=device)

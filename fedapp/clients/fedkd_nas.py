@@ -53,6 +53,7 @@ from fedapp.messages import (
 )
 from fedapp.models.families import Candidate, build_candidate, describe
 from fedapp.profiles import LocalNode
+from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state, to_record
 from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
 from fedapp.training.loops import (
@@ -68,7 +69,6 @@ from fedapp.training.loops import (
 from fedapp.training.train_metrics import train_metrics
 
 NO_RIVAL = -1.0  # rival metrics of a round without a duel
-WARMUP_STREAM = 1  # seeds the challenger's warm-up apart from the round's training
 
 
 def kd_schedule(private_batches: int, kd_steps: int) -> list[tuple[bool, bool]]:
@@ -180,8 +180,8 @@ class RoundTrainer:
                 node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
             )
 
-    def _seeded(self, *stream: int) -> torch.Generator:
-        return seed_local_work(self.cfg.seed, self.round, self.node.partition_id, *stream)
+    def _seeded(self, stream: Stream) -> torch.Generator:
+        return seed_local_work(self.cfg.seed, stream, self.round, self.node.partition_id)
 
     def kd_batches(self, target: np.ndarray, generator: torch.Generator) -> Iterator:
         """Endless shuffled (public image, target row) batches over the images KD may use."""
@@ -197,14 +197,14 @@ class RoundTrainer:
         """Build (kept weights when there are), optionally warm up by KD on the public set
         towards ``warmup_target``, then the round's local training and the hold-out score."""
         cfg = self.cfg
-        self._seeded()
+        self._seeded(Stream.LOCAL_TRAINING)
         model = build_candidate(candidate.name, self.info)
         kept = warm_start(self.node.state, candidate.name)
         if kept is not None:
             load_state(model, kept)
         public_seen = 0
         if warmup_target is not None and cfg.nas_warmup_steps > 0:
-            public = self.kd_batches(warmup_target, self._seeded(WARMUP_STREAM))
+            public = self.kd_batches(warmup_target, self._seeded(Stream.NAS_WARMUP))
             _, public_seen = train_with_kd(
                 model,
                 [],
@@ -216,7 +216,8 @@ class RoundTrainer:
                 cfg.kd_temperature,
                 cfg.nas_warmup_steps,
             )
-        generator = self._seeded()  # the same batches for every candidate of this round
+        # the same batches for every candidate of this round
+        generator = self._seeded(Stream.LOCAL_TRAINING)
         private = train_loader(self.train_part, self.info, cfg.batch_size, generator)
         optimizer = self._optimizer(model)
         if self.target is None:

@@ -43,6 +43,7 @@ from fedapp.messages import (
     SERVER_ROUND,
 )
 from fedapp.profiles import LocalNode
+from fedapp.random_streams import Stream, stream_rng
 from fedapp.records import from_record, to_record
 from fedapp.training.distillation import predict_logits, target_loader
 from fedapp.training.loops import (
@@ -73,7 +74,7 @@ def alignment_indices(labels: np.ndarray, size: int, seed: int, server_round: in
     leftover = size - int(share.sum())
     order = np.lexsort((classes, -(exact - share)))  # largest remainder first, then class
     share[order[:leftover]] += 1
-    rng = np.random.default_rng([seed, server_round])
+    rng = stream_rng(seed, Stream.FEDMD_ALIGNMENT, server_round)
     chosen = [
         rng.choice(np.flatnonzero(labels == c), size=n, replace=False)
         for c, n in zip(classes, share, strict=True)
@@ -115,7 +116,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     info = dataset_info(cfg)
     device = resolve_device(cfg.device)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
-    generator = seed_local_work(cfg.seed, server_round, node.partition_id)
+    generator = seed_local_work(cfg.seed, Stream.LOCAL_TRAINING, server_round, node.partition_id)
     model, fresh = load_own_model(cfg, node, info)
     private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     trained, private_loss = 0, float("nan")

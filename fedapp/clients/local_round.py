@@ -13,6 +13,7 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.messages import CONFIG, LEARNING_RATE, SERVER_ROUND
 from fedapp.profiles import LocalNode
+from fedapp.random_streams import Stream
 from fedapp.training.loops import (
     Gradients,
     TrainStats,
@@ -36,7 +37,9 @@ def local_sgd(
     shuffled shard and SGD at the message's learning rate (``weight_decay`` overrides the run's).
     """
     config = message.content[CONFIG]
-    generator = seed_local_work(cfg.seed, int(config[SERVER_ROUND]), node.partition_id)
+    generator = seed_local_work(
+        cfg.seed, Stream.LOCAL_TRAINING, int(config[SERVER_ROUND]), node.partition_id
+    )
     loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     decay = cfg.weight_decay if weight_decay is None else weight_decay
     return generator, loader, sgd(model, float(config[LEARNING_RATE]), cfg.momentum, decay)

@@ -36,11 +36,11 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.models.families import Candidate, affordable
 from fedapp.models.routing import BudgetError
+from fedapp.random_streams import Stream, stream_rng
 from fedapp.run_models import BYTES_PER_MB, memory_budget, run_candidates, run_family
 
 HISTORY_KEY = "nas-history"
 WEIGHTS_KEY = "nas-weights:"  # + candidate name
-PUBLIC_HOLDOUT_STREAM = 11  # seeds the public hold-out apart from everything else
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,8 @@ def holdout_split(
 ) -> tuple[ImageArrays, ImageArrays]:
     """(training part, hold-out part) of a shard, the same split every round; at least one
     example on each side."""
-    train, holdout = _seeded_split(len(shard.labels), fraction, [seed, partition_id])
+    rng = stream_rng(seed, Stream.NAS_PRIVATE_HOLDOUT, partition_id)
+    train, holdout = _seeded_split(len(shard.labels), fraction, rng)
     return (
         ImageArrays(shard.images[train], shard.labels[train]),
         ImageArrays(shard.images[holdout], shard.labels[holdout]),
@@ -209,12 +210,14 @@ def holdout_split(
 def public_holdout(size: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(public indices the clients distil on, public indices they score on): the same for every
     client and round, so all scores of a run are measured on one set; at least one each."""
-    return _seeded_split(size, fraction, [seed, PUBLIC_HOLDOUT_STREAM])
+    return _seeded_split(size, fraction, stream_rng(seed, Stream.NAS_PUBLIC_HOLDOUT))
 
 
-def _seeded_split(size: int, fraction: float, key: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(kept indices, held-out indices), sorted: a ``fraction`` of ``range(size)`` drawn by the
-    seed ``key``, at least one index on each side."""
+def _seeded_split(
+    size: int, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept indices, held-out indices), sorted: a ``fraction`` of ``range(size)`` drawn from
+    ``rng``, at least one index on each side."""
     held = min(max(1, round(fraction * size)), size - 1)
-    order = np.random.default_rng(key).permutation(size)
+    order = rng.permutation(size)
     return np.sort(order[held:]), np.sort(order[:held])

@@ -8,7 +8,8 @@ unless its normalisation is static, and is then evaluated once. Population accur
 client the largest operating point it can afford (FEAST §6, the paper's text); the FEAST authors'
 evaluation script serves the most accurate affordable one instead, and both are reported.
 :func:`operating_point_report` writes the same files and summary keys for all of them, so
-``fedapp compare`` reads one format.
+``fedapp compare`` reads one format. Every point's accuracy carries its 95 % Wilson interval from
+the number of images it was measured on (:mod:`fedapp.evaluation.intervals`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from torch.utils.data import DataLoader
 
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, train_transform
+from fedapp.evaluation.intervals import (
+    HIGH,
+    LOW,
+    SUMMARY_SUFFIX,
+    interval_columns,
+    row_interval,
+    summary_intervals,
+)
 from fedapp.evaluation.plots import plot_accuracy_vs_macs
 from fedapp.evaluation.results import write_csv
 from fedapp.messages import SELECTION_KEY
@@ -75,7 +84,8 @@ def evaluate_points(
     device: torch.device,
     seed: int,
 ) -> list[dict[str, Any]]:
-    """Accuracy and loss of each operating point after its own deterministic BN recalibration."""
+    """Accuracy (with its 95 % interval from the number of ``images`` measured) and loss of each
+    operating point after its own deterministic BN recalibration."""
     calibration_batches = calibration_loader(calibration, info, batch_size)
     test_batches = eval_loader(data, info, EVAL_BATCH_SIZE)
     rows = []
@@ -91,7 +101,9 @@ def evaluate_points(
                 "nominal_macs": point.macs if point.nominal_macs is None else point.nominal_macs,
                 "params": point.params,
                 "accuracy": result["accuracy"],
+                **interval_columns(result["accuracy"], len(data.labels)),
                 "loss": result["loss"],
+                "images": len(data.labels),
             }
         )
     return rows
@@ -167,7 +179,10 @@ def population_accuracy(
     """Mean accuracy when client i is served variant ``served[i]`` (largest affordable), mean
     accuracy when each client is served its most accurate affordable variant (the FEAST
     authors' script: nominal MACs <= budget, the cheapest where none is), and the per-client
-    list with both."""
+    list with both; each client's served accuracy keeps its variant's interval where the rows
+    have one. The most accurate affordable variant is chosen on these very test accuracies, so
+    its row and mean get no interval (the selection biases them upwards; see
+    :mod:`fedapp.evaluation.intervals`)."""
     by_index = {row["index"]: row for row in variants}
     cheapest = min(variants, key=lambda row: row["nominal_macs"])
     clients = []
@@ -181,6 +196,7 @@ def population_accuracy(
                 "variant": index,
                 "macs": by_index[index]["macs"],
                 "accuracy": by_index[index]["accuracy"],
+                **_interval_of(by_index[index]),
                 "best_affordable_variant": best["index"],
                 "best_affordable_accuracy": best["accuracy"],
             }
@@ -190,8 +206,26 @@ def population_accuracy(
     return largest, most_accurate, clients
 
 
-#: Keys of every operating point in summary.json (a method may add its own after them).
-POINT_KEYS = ("index", "macs", "nominal_macs", "params", "accuracy", "loss", "trained")
+def _interval_of(row: Mapping[str, Any]) -> dict[str, float]:
+    """A row's interval columns, or none for rows without an interval."""
+    interval = row_interval(row)
+    return {} if interval is None else {LOW: interval[0], HIGH: interval[1]}
+
+
+#: Keys of every operating point in summary.json and variants.csv, in this order (a method may
+#: add its own after them); ``images``: how many test images the accuracy was measured on.
+POINT_KEYS = (
+    "index",
+    "macs",
+    "nominal_macs",
+    "params",
+    "accuracy",
+    LOW,
+    HIGH,
+    "loss",
+    "trained",
+    "images",
+)
 
 
 def operating_point_report(
@@ -207,21 +241,30 @@ def operating_point_report(
     ``variants`` are :func:`evaluate_points` rows sorted by MACs (the last is the largest, what a
     single-model deployment would serve), possibly with method-specific keys; ``served`` maps
     partition id -> the index served; ``trained`` holds the indices some client of the run
-    trained directly (each row gets ``trained``; the plot draws the others hollow).
+    trained directly (each row gets ``trained``; the plot draws the others hollow). The summary
+    has ``test_images`` and the 95 % intervals of test and population accuracy
+    (``test_accuracy_ci95``, ``population_accuracy_ci95``; why population accuracy may have one:
+    :mod:`fedapp.evaluation.intervals`).
     """
-    variants = [{**v, "trained": v["index"] in trained} for v in variants]
+    variants = [
+        {k: v[k] for k in POINT_KEYS} | {k: v[k] for k in v if k not in POINT_KEYS}
+        for v in ({**v, "trained": v["index"] in trained} for v in variants)
+    ]
     pop_accuracy, best_accuracy, clients = population_accuracy(served, budgets, variants)
-    write_csv(run_dir / VARIANTS_FILE, variants)
-    write_csv(run_dir / POPULATION_FILE, clients)
-    plot_accuracy_vs_macs(run_dir / VARIANTS_PLOT_FILE, variants, title, pop_accuracy)
-    return {
+    summary = {
         "test_accuracy": variants[-1]["accuracy"],
         "test_loss": variants[-1]["loss"],
         "population_accuracy": pop_accuracy,
         "population_accuracy_best_affordable": best_accuracy,
-        "variants": [
-            {k: v[k] for k in POINT_KEYS} | {k: v[k] for k in v if k not in POINT_KEYS}
-            for v in variants
-        ],
-        "population": clients,
     }
+    summary |= summary_intervals(summary, variants[-1]["images"])
+    write_csv(run_dir / VARIANTS_FILE, variants)
+    write_csv(run_dir / POPULATION_FILE, clients)
+    plot_accuracy_vs_macs(
+        run_dir / VARIANTS_PLOT_FILE,
+        variants,
+        title,
+        pop_accuracy,
+        summary["population_accuracy" + SUMMARY_SUFFIX],
+    )
+    return summary | {"variants": variants, "population": clients}

@@ -6,9 +6,17 @@ client code reaches it through shared modules, and it costs a device ~0.5 s per 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from fedapp.evaluation.intervals import format_accuracy, row_interval
+
+#: Percentage points kept below the lowest interval bound (and above the highest).
+AXIS_MARGIN = 2.0
+#: The accuracy axis ends on multiples of this many percentage points.
+AXIS_STEP = 5.0
 
 
 def _pyplot() -> Any:
@@ -66,6 +74,31 @@ def plot_rounds(path: Path, rows: Sequence[Mapping[str, Any]], key: str, title: 
     )
 
 
+def accuracy_axis_limits(spans: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """Limits (in %) of an accuracy axis that shows every interval ``(low, high)`` (in %) with a
+    margin: the lowest bound minus 2 points, down to a multiple of 5, and the highest plus 2, up
+    to one (at most 100). Zooming to the points alone would stretch differences within the
+    intervals' noise to the whole height of the figure."""
+    spans = [(lo, hi) for lo, hi in spans if math.isfinite(lo) and math.isfinite(hi)]
+    if not spans:
+        return 0.0, 100.0
+    low = min(lo for lo, _ in spans) - AXIS_MARGIN
+    high = max(hi for _, hi in spans) + AXIS_MARGIN
+    bottom = max(0.0, AXIS_STEP * math.floor(low / AXIS_STEP))
+    top = min(100.0, AXIS_STEP * math.ceil(high / AXIS_STEP))
+    return bottom, max(top, bottom + AXIS_STEP)
+
+
+def _span(accuracy: float, interval: Sequence[float] | None) -> tuple[float, float]:
+    """An accuracy's interval in %, or the accuracy itself where none is known."""
+    low, high = (accuracy, accuracy) if interval is None else interval
+    return 100 * low, 100 * high
+
+
+def _point_spans(points: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]:
+    return [_span(v["accuracy"], row_interval(v)) for v in points]
+
+
 def _trained(point: Mapping[str, Any]) -> bool:
     """Whether some client trained the point directly (rows without the key: yes)."""
     return bool(point.get("trained", True))
@@ -75,12 +108,27 @@ HOLLOW_LABEL = "hollow: no client trained it"
 
 
 def _points(ax: Any, points: Sequence[Mapping[str, Any]], label: str, markersize: float) -> bool:
-    """A method's operating points as one line; trained points filled, untrained ones hollow
-    (returns whether there were any)."""
+    """A method's operating points as one line, each with its 95 % interval as an error bar
+    (where the point has one); trained points filled, untrained ones hollow (returns whether
+    there were any)."""
     points = sorted(points, key=lambda v: v["macs"])
     x = [v["macs"] / 1e6 for v in points]
     y = [100 * v["accuracy"] for v in points]
     (line,) = ax.plot(x, y, label=label)
+    bars = [
+        (i, _span(v["accuracy"], row_interval(v))) for i, v in enumerate(points) if row_interval(v)
+    ]
+    if bars:
+        ax.errorbar(
+            [x[i] for i, _ in bars],
+            [y[i] for i, _ in bars],
+            yerr=[[y[i] - low for i, (low, _) in bars], [high - y[i] for i, (_, high) in bars]],
+            linestyle="none",
+            color=line.get_color(),
+            elinewidth=1,
+            capsize=3,
+            alpha=0.8,
+        )
     for trained in (True, False):
         chosen = [i for i, v in enumerate(points) if _trained(v) == trained]
         if chosen:
@@ -109,13 +157,19 @@ def _hollow_legend(ax: Any) -> None:
 
 
 def plot_accuracy_vs_macs(
-    path: Path, variants: Sequence[Mapping[str, Any]], title: str, population: float | None = None
+    path: Path,
+    variants: Sequence[Mapping[str, Any]],
+    title: str,
+    population: float | None = None,
+    population_interval: Sequence[float] | None = None,
 ) -> Path:
-    """Test accuracy of every operating point against its MACs as built (and population
-    accuracy); points no client trained directly are drawn hollow; where a cache states other
-    (nominal) MACs, the same accuracies are also drawn there (grey crosses)."""
+    """Test accuracy of every operating point, with its 95 % interval, against its MACs as built
+    (and population accuracy, its interval shaded); points no client trained directly are drawn
+    hollow; where a cache states other (nominal) MACs, the same accuracies are also drawn there
+    (grey crosses). The accuracy axis shows every interval (:func:`accuracy_axis_limits`)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    spans = _point_spans(variants)
     if _points(ax, variants, "operating points", 6):
         _hollow_legend(ax)
     ordered = sorted(variants, key=lambda v: v["macs"])
@@ -134,8 +188,12 @@ def plot_accuracy_vs_macs(
             100 * population,
             color="gray",
             linestyle="--",
-            label=f"population accuracy {100 * population:.2f}%",
+            label=f"population accuracy {format_accuracy(population, population_interval)}",
         )
+        spans.append(_span(population, population_interval))
+        if population_interval is not None:
+            ax.axhspan(*spans[-1], color="gray", alpha=0.12, linewidth=0)
+    ax.set_ylim(*accuracy_axis_limits(spans))
     return _finish(plt, fig, ax, path, "MACs as built (millions)", "test accuracy (%)", title)
 
 
@@ -144,21 +202,30 @@ def plot_methods_accuracy_vs_macs(
     curves: Mapping[str, Sequence[Mapping[str, Any]]],
     single: Mapping[str, float],
     title: str,
+    single_intervals: Mapping[str, Sequence[float] | None] | None = None,
 ) -> Path:
-    """Every method's operating points (test accuracy against MACs) in one figure, points no
-    client trained hollow; methods without operating points (one model per client) appear as
-    horizontal reference lines."""
+    """Every method's operating points (test accuracy against MACs, 95 % intervals as error
+    bars) in one figure, points no client trained hollow; methods without operating points (one
+    model per client) appear as horizontal reference lines, their intervals (``single_intervals``,
+    where known) shaded. The accuracy axis shows every interval (:func:`accuracy_axis_limits`)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     hollow = False
+    spans = []
     for name, variants in curves.items():
         if variants:
             hollow = _points(ax, variants, name, 4) or hollow
+            spans += _point_spans(variants)
     if hollow:
         _hollow_legend(ax)
     for name, accuracy in single.items():
+        interval = (single_intervals or {}).get(name)
         ax.axhline(100 * accuracy, linestyle=":", linewidth=1, color="gray")
+        if interval is not None:
+            ax.axhspan(*_span(accuracy, interval), color="gray", alpha=0.08, linewidth=0)
         ax.annotate(name, (0, 100 * accuracy), xycoords=("axes fraction", "data"), fontsize=7)
+        spans.append(_span(accuracy, interval))
+    ax.set_ylim(*accuracy_axis_limits(spans))
     ax.set_xscale("log")
     ax.set_xlabel("MACs (millions, log scale)")
     ax.set_ylabel("test accuracy (%)")

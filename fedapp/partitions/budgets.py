@@ -5,7 +5,7 @@ budget — is the most common and a few clients are powerful. Each rank is mappe
 [Bmin, Bmax] with uniform jitter of one step, clipped, and the vector is shuffled so budget is not
 tied to client id. Data shares then grow with the (capped) budget to the power gamma.
 
-The draw runs on numpy's ``default_rng(seed)`` (``generator``) or, as the FEAST authors' code does,
+The draw runs on the run's budget stream (``generator``) or, as the FEAST authors' code does,
 on the legacy global-state generator of ``np.random.seed(seed)`` (``authors``): the same calls on
 a ``RandomState(seed)`` give their population exactly.
 """
@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from fedapp.random_streams import Stream, stream_rng
 
 #: Random generators a budget population (and a cohort draw) can use.
 RNG_KINDS = ("generator", "authors")
@@ -46,7 +48,9 @@ def zipf_budgets(
         raise ValueError(f"budget generator {rng!r} is not one of {', '.join(RNG_KINDS)}")
     if num_clients == 1:
         return np.array([float(b_max)])
-    generator = np.random.RandomState(seed) if rng == "authors" else np.random.default_rng(seed)
+    generator = (
+        np.random.RandomState(seed) if rng == "authors" else stream_rng(seed, Stream.BUDGETS)
+    )
     return _zipf_budgets_from(generator, num_clients, b_min, b_max, s)
 
 

@@ -1,9 +1,10 @@
 """Which clients train in a round: a seeded draw without replacement from the candidates.
 
-``generator`` draws with ``default_rng([seed, round])``; ``authors`` reproduces the FEAST authors'
-schedule, ``np.random.seed(round_idx)`` then ``np.random.choice(N, m, replace=False)`` with
-0-based rounds (their cohorts do not depend on the run's seed), so with all N clients as
-candidates, ordered by partition id, the cohorts are theirs.
+``generator`` draws from the run's cohort stream of that round; ``authors`` reproduces the
+FEAST authors' schedule, ``np.random.seed(round_idx)`` then
+``np.random.choice(N, m, replace=False)`` with 0-based rounds (their cohorts do not depend on
+the run's seed), so with all N clients as candidates, ordered by partition id, the cohorts are
+theirs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedapp.partitions.budgets import RNG_KINDS
+from fedapp.random_streams import Stream, stream_rng
 
 
 def cohort_indices(
@@ -22,7 +24,7 @@ def cohort_indices(
     if rng == "authors":
         chosen = np.random.RandomState(server_round - 1).choice(candidates, size, replace=False)
     else:
-        chosen = np.random.default_rng([seed, server_round]).choice(
+        chosen = stream_rng(seed, Stream.COHORT, server_round).choice(
             candidates, size=size, replace=False
         )
     return np.sort(chosen)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedapp.random_streams import Stream, stream_rng, stream_seed32
+
 if TYPE_CHECKING:
     from flwr_datasets.partitioner import Partitioner
 
@@ -57,17 +59,18 @@ def client_partitions(
     table = datasets.Dataset.from_dict(
         {"label": labels.astype(np.int64), "position": np.arange(labels.size, dtype=np.int64)}
     )
+    draw_seed = stream_seed32(seed, Stream.PARTITION)  # flwr-datasets takes one integer
     partitioner = _make_partitioner(
         name,
         num_partitions,
         labels.size,
-        seed=seed,
+        seed=draw_seed,
         alpha=alpha,
         shards=shards_per_client,
         shares=shares,
     )
     # The IID partitioner cuts contiguous blocks without shuffling, so shuffle first.
-    partitioner.dataset = table.shuffle(seed=seed) if name == "iid" else table
+    partitioner.dataset = table.shuffle(seed=draw_seed) if name == "iid" else table
     try:
         parts = [
             np.sort(np.asarray(partitioner.load_partition(pid)["position"], dtype=np.int64))
@@ -79,7 +82,7 @@ def client_partitions(
             f"examples (alpha={alpha}, shards_per_client={shards_per_client}): {error}"
         ) from error
     if name == "shards":
-        parts = _spread_leftovers(parts, labels, np.random.default_rng(seed))
+        parts = _spread_leftovers(parts, labels, stream_rng(seed, Stream.PARTITION_LEFTOVERS))
     smallest = min(part.size for part in parts)
     if smallest < MIN_PARTITION_SIZE:
         raise ValueError(

@@ -26,6 +26,7 @@ from flwr.serverapp.strategy import Strategy
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.evaluation.accounting import CommunicationLedger
+from fedapp.evaluation.intervals import with_interval
 from fedapp.evaluation.operating_points import PointEvaluator
 from fedapp.evaluation.results import write_csv
 from fedapp.exchange import exchange
@@ -43,6 +44,7 @@ from fedapp.messages import (
 from fedapp.methods import strategy_class
 from fedapp.partitions.cohorts import cohort_indices
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import from_record, to_record
 from fedapp.strategies.reply_validation import (
     ArraySpec,
@@ -338,7 +340,8 @@ class HeterogeneousStrategy(Strategy):
     def client_evaluation(self, split: str) -> list[dict[str, float | int]]:
         """Every profiled node evaluates its own model on a server-held split ('validation' or
         'test', which clients derive from the run config); one metrics dict per valid reply, in
-        partition order, with 'partition' added. For methods without a global model."""
+        partition order, with 'partition' and the accuracy's 95 % interval (from the node's own
+        num-examples: ci95_low, ci95_high) added. For methods without a global model."""
         if self._grid is None:
             raise RuntimeError("client evaluation needs a grid: run a training round first")
         connected = set(self._grid.get_node_ids())
@@ -353,9 +356,9 @@ class HeterogeneousStrategy(Strategy):
         rows = []
         for reply in exchange(self._grid, messages, self.cfg.round_timeout):
             profile = self.nodes.profiles[reply.metadata.src_node_id]
-            try:
-                metrics = validate_metrics(reply)
-            except InvalidReply as err:
+            try:  # an accuracy outside [0, 1] is refused with the reply, by with_interval
+                metrics = with_interval(validate_metrics(reply))
+            except ValueError as err:  # InvalidReply is one
                 log(WARNING, "%s evaluation: dropped node %s: %s", split, profile.node_id, err)
                 continue
             rows.append({"partition": profile.partition_id, **metrics})
@@ -406,7 +409,11 @@ def point_evaluator(cfg: RunConfig, info: DatasetInfo) -> PointEvaluator:
     """The run's evaluation of operating points: its calibration split, batch size, device and
     seed, the same for every weight-shared method."""
     return PointEvaluator(
-        server_set(cfg, "calibration"), info, cfg.batch_size, resolve_device(cfg.device), cfg.seed
+        server_set(cfg, "calibration"),
+        info,
+        cfg.batch_size,
+        resolve_device(cfg.device),
+        stream_seed(cfg.seed, Stream.BN_RECALIBRATION),
     )
 
 

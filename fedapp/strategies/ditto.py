@@ -17,6 +17,7 @@ from typing import Any
 from flwr.common.logger import log
 
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.intervals import format_measured
 from fedapp.evaluation.results import write_csv
 from fedapp.strategies.base import State
 from fedapp.strategies.fedavg import FedAvgStrategy
@@ -42,10 +43,10 @@ class DittoStrategy(FedAvgStrategy):
             write_csv(run_dir / PERSONAL_FILE, rows)
         log(
             INFO,
-            "Ditto: personal models %.2f%% (mean over %d clients), global model %.2f%%",
-            100 * personal["accuracy"],
+            "Ditto: personal models %s (mean over %d clients), global model %s",
+            format_measured(personal["accuracy"], len(data.labels)),
             len(rows),
-            100 * global_result["test_accuracy"],
+            format_measured(global_result["test_accuracy"], len(data.labels)),
         )
         return {
             "test_accuracy": personal["accuracy"],

@@ -14,6 +14,7 @@ from fedapp.federated_data import population
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.strategies.base import HeterogeneousStrategy, State
 from fedapp.strategies.reply_validation import ValidReply
@@ -34,7 +35,7 @@ class FedAvgStrategy(HeterogeneousStrategy):
         return build_model(self.cfg.model, self.info)
 
     def initial_state(self) -> State:
-        torch.manual_seed(self.cfg.seed)
+        torch.manual_seed(stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
         return {k: v.numpy().copy() for k, v in self._model().state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:

@@ -27,6 +27,7 @@ from torch import nn
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import OperatingPoint, operating_point_report
 from fedapp.evaluation.results import write_csv
 from fedapp.federated_data import population, public_images, server_set
@@ -35,6 +36,7 @@ from fedapp.models.families import Candidate, build_candidate, family_candidates
 from fedapp.models.routing import BudgetError
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import run_family
 from fedapp.strategies.base import HeterogeneousStrategy, State, float_elements, point_evaluator
@@ -127,7 +129,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.served = sorted(served, key=lambda c: c.macs)
         state: State = {}
         for prototype in self.served:
-            torch.manual_seed(self.cfg.seed)
+            torch.manual_seed(stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
             tensors = self._model(prototype.name).state_dict()
             state |= prefixed(prototype.name, {k: v.numpy().copy() for k, v in tensors.items()})
         return state
@@ -166,7 +168,7 @@ class FedDFStrategy(HeterogeneousStrategy):
                 self.info,
                 self.settings,
                 self._validation_accuracy,
-                seed_local_work(self.cfg.seed, server_round, index),
+                seed_local_work(self.cfg.seed, Stream.FEDDF_DISTILLATION, server_round, index),
                 self.device,
             )
             distilled = {k: v.detach().cpu().numpy() for k, v in student.state_dict().items()}
@@ -270,8 +272,8 @@ class FedDFStrategy(HeterogeneousStrategy):
         )
         log(
             INFO,
-            "FedDF: population accuracy %.2f%%; per prototype %s",
-            100 * summary["test_accuracy"],
-            ", ".join(f"{p['name']} {100 * p['accuracy']:.2f}%" for p in summary["prototypes"]),
+            "FedDF: population accuracy %s; per prototype %s",
+            format_accuracy(summary["population_accuracy"], summary["population_accuracy_ci95"]),
+            ", ".join(f"{p['name']} {format_row(p)}" for p in summary["prototypes"]),
         )
         return summary

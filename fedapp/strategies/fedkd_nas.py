@@ -36,6 +36,7 @@ from fedapp.messages import LOGITS, NAS_REASONS, TARGET
 from fedapp.models.families import affordable, family_candidates
 from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_rng
 from fedapp.run_models import memory_budget, run_family
 from fedapp.strategies.base import State
 from fedapp.strategies.client_held import ClientHeldStrategy
@@ -65,7 +66,6 @@ NAS_METRICS = (
     "nas-rival-accuracy",
     "nas-rival-steps",
 )
-TEACHER_FOLD_STREAM = 7  # seeds the fold split apart from everything else
 
 
 def teacher_folds(size: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -75,7 +75,7 @@ def teacher_folds(size: int, folds: int, seed: int) -> list[tuple[np.ndarray, np
     everything = np.arange(size)
     if folds == 1:
         return [(everything, everything)]
-    order = np.random.default_rng([seed, TEACHER_FOLD_STREAM]).permutation(size)
+    order = stream_rng(seed, Stream.TEACHER_FOLDS).permutation(size)
     parts = np.array_split(order, folds)
     return [
         (np.sort(np.concatenate(parts[:k] + parts[k + 1 :])), np.sort(parts[k]))
@@ -145,7 +145,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
     def _train_teacher(self, data: ImageArrays, fold: int) -> torch.nn.Module:
         """One teacher, trained on labelled public images (seeded per fold)."""
         name = self.cfg.teacher_model or self.candidates[-1].name
-        generator = seed_local_work(self.cfg.seed, 0, fold)
+        generator = seed_local_work(self.cfg.seed, Stream.TEACHER_TRAINING, fold)
         teacher = build_model(name, self.info)
         loader = train_loader(data, self.info, self.cfg.batch_size, generator)
         optimizer = sgd(teacher, self.cfg.learning_rate, self.cfg.momentum, self.cfg.weight_decay)

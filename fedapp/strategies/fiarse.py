@@ -29,6 +29,7 @@ from flwr.common.logger import log
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
     operating_point_report,
@@ -49,6 +50,7 @@ from fedapp.models.masks import (
 )
 from fedapp.models.slicing import is_averaged
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import substrate_config
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
@@ -125,7 +127,7 @@ class FiarseStrategy(HeterogeneousStrategy):
 
     # ---- one round ------------------------------------------------------------------------------
     def initial_state(self) -> State:
-        model = full_model(self.config, seed=self.cfg.seed)
+        model = full_model(self.config, seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
@@ -254,18 +256,18 @@ def log_points(summary: dict[str, Any]) -> None:
         log(
             INFO,
             "\tpoint %2d | fraction %.4f | kept %.4f of values | %8.2fM effective MACs | "
-            "%7.3fM params | %.2f%%%s",
+            "%7.3fM params | %s%s",
             v["index"],
             v["fraction"],
             v["kept_fraction"],
             v["macs"] / 1e6,
             v["params"] / 1e6,
-            100 * v["accuracy"],
+            format_row(v),
             "" if v["trained"] else " (no client trained it)",
         )
     log(
         INFO,
-        "population accuracy (largest affordable point): %.2f%%; %.3fM params per client-round",
-        100 * summary["population_accuracy"],
+        "population accuracy (largest affordable point): %s; %.3fM params per client-round",
+        format_accuracy(summary["population_accuracy"], summary["population_accuracy_ci95"]),
         summary["comm"].get("mean_params_per_client_round", 0.0) / 1e6,
     )

@@ -27,6 +27,7 @@ from flwr.serverapp import Grid
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
     operating_point_report,
@@ -41,6 +42,7 @@ from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.models.substrate import width_arch
 from fedapp.models.width_scaling import WIDTHS
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_rng, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import substrate_config
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
@@ -48,8 +50,6 @@ from fedapp.strategies.reply_validation import ArraySpec, ValidReply
 
 #: The classifier tensors whose rows are restricted to a client's classes when averaging.
 CLASSIFIER = ("head.weight", "head.bias")
-#: Separates the dynamic width draws from the run's other seeded streams.
-_DYNAMIC_STREAM = 0x4E7E
 #: BN buffers, which static BN neither keeps nor sends.
 _BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
@@ -123,7 +123,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def initial_state(self) -> State:
         """The seeded full model; its BN buffers stay at their initial values (never trained)."""
-        model = ElasticResNet(self.config, seed=self.cfg.seed)
+        model = ElasticResNet(self.config, seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
@@ -209,19 +209,19 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         for row, rate in zip(summary["variants"], WIDTHS, strict=True):
             log(
                 INFO,
-                "\twidth %-6g | %8.2fM MACs | %7.3fM params | %3d %s | %.2f%%",
+                "\twidth %-6g | %8.2fM MACs | %7.3fM params | %3d %s | %s",
                 rate,
                 row["macs"] / 1e6,
                 row["params"] / 1e6,
                 by_width[f"{rate:g}"],
                 unit,
-                100 * row["accuracy"],
+                format_row(row),
             )
         log(
             INFO,
-            "population accuracy (largest affordable width): %.2f%%; %s assignment, %d %s "
+            "population accuracy (largest affordable width): %s; %s assignment, %d %s "
             "trained a width above their budget",
-            100 * summary["population_accuracy"],
+            format_accuracy(summary["population_accuracy"], summary["population_accuracy_ci95"]),
             summary["heterofl_assignment"],
             summary[unit.replace("-", "_") + "_above_budget"],
             unit,
@@ -260,8 +260,8 @@ def dynamic_widths(seed: int, server_round: int, num_clients: int) -> dict[int, 
     """Partition id -> width in one round of the authors' ``dynamic`` split with equal
     proportions: every client draws a rate independently (official
     ``Federation.make_model_rate``: ``torch.multinomial(proportion, num_users,
-    replacement=True)`` each round), here from a generator seeded by (seed, round)."""
-    rng = np.random.default_rng([seed, server_round, _DYNAMIC_STREAM])
+    replacement=True)`` each round), here from the round's width stream."""
+    rng = stream_rng(seed, Stream.HETEROFL_WIDTHS, server_round)
     return {pid: WIDTHS[k] for pid, k in enumerate(rng.integers(len(WIDTHS), size=num_clients))}
 
 

@@ -34,6 +34,7 @@ from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.routing import affordable
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_rng
 from fedapp.strategies.base import State
 from fedapp.strategies.reply_validation import ValidReply
 from fedapp.strategies.supernet import CachedSupernetStrategy
@@ -228,8 +229,8 @@ class MaxNetStrategy(CachedSupernetStrategy):
         return cohort
 
     def assign(self, server_round: int, profile: NodeProfile, role: str) -> Assignment:
-        """The subnet of a role; random draws seeded by (run seed, round, partition id)."""
-        rng = np.random.default_rng([self.cfg.seed, server_round, profile.partition_id])
+        """The subnet of a role; random draws from the (round, partition id) subnet stream."""
+        rng = stream_rng(self.cfg.seed, Stream.MAXNET_SUBNETS, server_round, profile.partition_id)
         if self.cfg.subnet_sampling == "feast-transfer":
             arch = self.sampler.transfer(role, profile.budget, rng)  # SpaceSampler (config check)
         else:

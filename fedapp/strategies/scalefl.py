@@ -20,6 +20,7 @@ from flwr.common.logger import log
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
     operating_point_report,
@@ -38,6 +39,7 @@ from fedapp.models.early_exits import (
 )
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import substrate_config
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
@@ -79,7 +81,10 @@ class ScaleFLStrategy(HeterogeneousStrategy):
     # ---- one round ------------------------------------------------------------------------------
     def initial_state(self) -> State:
         model = level_model(
-            self.substrate, len(SCALEFL_LEVELS) - 1, self.cfg.scalefl_exit_convs, seed=self.cfg.seed
+            self.substrate,
+            len(SCALEFL_LEVELS) - 1,
+            self.cfg.scalefl_exit_convs,
+            seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS),
         )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
@@ -160,19 +165,19 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         for row, level in zip(summary["variants"], summary["levels"], strict=True):
             log(
                 INFO,
-                "\tlevel %d (%d blocks, width %.2f) | %8.2fM MACs | %7.3fM params | %.2f%%",
+                "\tlevel %d (%d blocks, width %.2f) | %8.2fM MACs | %7.3fM params | %s",
                 level["level"],
                 level["blocks"],
                 level["width"],
                 row["macs"] / 1e6,
                 row["params"] / 1e6,
-                100 * row["accuracy"],
+                format_row(row),
             )
         log(
             INFO,
-            "population accuracy (largest affordable level): %.2f%%; "
+            "population accuracy (largest affordable level): %s; "
             "clients_below_smallest_level = %d (served level 1)",
-            100 * summary["population_accuracy"],
+            format_accuracy(summary["population_accuracy"], summary["population_accuracy_ci95"]),
             summary["clients_below_smallest_level"],
         )
         log(

@@ -17,6 +17,7 @@ from flwr.common.logger import log
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     operating_point_report,
     point_result,
@@ -27,6 +28,7 @@ from fedapp.federated_data import population
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import BudgetError, Route
 from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
 
 
@@ -66,7 +68,9 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
 
     # ---- global state -------------------------------------------------------------------------
     def initial_state(self) -> State:
-        model = ElasticResNet(self.space.config, seed=self.cfg.seed)
+        model = ElasticResNet(
+            self.space.config, seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS)
+        )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def reference_params(self, global_state: State) -> int:
@@ -109,20 +113,20 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
             nominal = v["nominal_macs"]
             log(
                 INFO,
-                "\tvariant %2d | %8.2fM MACs%s | %7.3fM params | %.2f%%%s",
+                "\tvariant %2d | %8.2fM MACs%s | %7.3fM params | %s%s",
                 v["index"],
                 v["macs"] / 1e6,
                 f" (nominal {nominal / 1e6:.2f}M)" if nominal != v["macs"] else "",
                 v["params"] / 1e6,
-                100 * v["accuracy"],
+                format_row(v),
                 "" if v["trained"] else " (no client trained it)",
             )
         comm = summary["comm"]
         log(
             INFO,
-            "population accuracy: %.2f%% (largest affordable variant), %.2f%% (most accurate "
+            "population accuracy: %s (largest affordable variant), %.2f%% (most accurate "
             "affordable variant)",
-            100 * summary["population_accuracy"],
+            format_accuracy(summary["population_accuracy"], summary["population_accuracy_ci95"]),
             100 * summary["population_accuracy_best_affordable"],
         )
         log(

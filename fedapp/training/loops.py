@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, eval_transform, mix_batch, train_transform
+from fedapp.random_streams import Stream, stream_seed
 
 
 @dataclass(frozen=True)
@@ -50,18 +51,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def seed_local_work(*seeds: int) -> torch.Generator:
-    """Fix all randomness of one piece of local work by (run seed, round, partition, ...).
+def seed_local_work(seed: int, stream: Stream, *parts: int) -> torch.Generator:
+    """Fix all randomness of one piece of local work by its stream (run seed, purpose, round,
+    partition, ...).
 
     Seeds torch's global generator (dropout, augmentation) and returns a generator for the data
-    order, so a round's result depends on its own seeds only, not on what the process ran before
+    order, so a round's result depends on its own stream only, not on what the process ran before
     (which differs between a Ray actor, a fresh device process and a resumed run).
     """
-    mixed = 0
-    for s in seeds:
-        mixed = (mixed * 1_000_003 + int(s)) % (2**63 - 1)
-    torch.manual_seed(mixed)
-    return torch.Generator().manual_seed(mixed)
+    derived = stream_seed(seed, stream, *parts)
+    torch.manual_seed(derived)
+    return torch.Generator().manual_seed(derived)
 
 
 def train_loader(
