@@ -40,10 +40,12 @@ from fedapp.evaluation.intervals import (
     SUMMARY_SUFFIX,
     format_accuracy,
     row_interval,
+    summary_intervals,
     wilson_interval,
 )
 from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
 from fedapp.evaluation.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, write_csv
+from fedapp.federated_data import server_set
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.methods import METHOD_NAMES
 
@@ -261,7 +263,7 @@ def run_comparison(
         workdir.mkdir(parents=True, exist_ok=True)
         summary_path = run_dir_of(out_dir, strategy) / SUMMARY_FILE
         if summary_path.exists():
-            summaries[strategy] = json.loads(summary_path.read_text())
+            summaries[strategy] = read_summary(run_dir_of(out_dir, strategy))
             text = _accuracy_text(summaries[strategy])
             print(f"{head}: already finished ({text}), kept", flush=True)
             continue
@@ -273,7 +275,7 @@ def run_comparison(
             print(f"{head} ...", flush=True)
         run_app(write_run_config(workdir / "run-config.toml", config), federation, workdir, timeout)
         if summary_path.exists():
-            summaries[strategy] = json.loads(summary_path.read_text())
+            summaries[strategy] = read_summary(run_dir_of(out_dir, strategy))
             print(f"    done in {summaries[strategy]['wall_seconds']:.0f} s", flush=True)
         else:
             print(f"    FAILED: no summary.json; see {workdir / 'flwr-run.log'}", flush=True)
@@ -284,10 +286,25 @@ def collect_summaries(out_dir: Path, strategies: tuple[str, ...]) -> dict[str, d
     """Summaries of runs a previous ``fedapp compare`` left in ``out_dir``."""
     found = {}
     for strategy in strategies:
-        path = run_dir_of(out_dir, strategy) / SUMMARY_FILE
-        if path.exists():
-            found[strategy] = json.loads(path.read_text())
+        if (run_dir_of(out_dir, strategy) / SUMMARY_FILE).exists():
+            found[strategy] = read_summary(run_dir_of(out_dir, strategy))
     return found
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A run's summary.json. One written before intervals existed gets them here, in memory,
+    from the size of the run's test split (recomputed from its config.json): every accuracy it
+    reports, its operating points included, was measured on that whole split."""
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    if "test_images" in summary or not (run_dir / CONFIG_FILE).exists():
+        return summary
+    cfg = parse_run_config(json.loads((run_dir / CONFIG_FILE).read_text()))
+    images = len(server_set(cfg, "test").labels)
+    summary |= summary_intervals(summary, images)
+    for point in summary.get("variants", []):
+        if isinstance(point.get("accuracy"), int | float) and point.get(LOW) is None:
+            point[LOW], point[HIGH] = wilson_interval(float(point["accuracy"]), images)
+    return summary
 
 
 def _optional(mapping: dict[str, Any], *keys: str) -> float | None:
@@ -327,7 +344,7 @@ def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
     # Points no client trained directly say nothing about what the method reaches at that cost.
     trained = [v for v in variants if v.get("trained", True)]
     compute = _optional(summary, "compute_proxy_total_macs")
-    rise = frontier_rise(variants)
+    rise = frontier_rise(trained)
     return {
         "method": strategy,
         **_with_bounds(
@@ -343,7 +360,7 @@ def method_row(strategy: str, summary: dict[str, Any]) -> dict[str, Any]:
         "trained_points": len(trained),
         "min_macs": min((v["macs"] for v in trained), default=None),
         "max_macs": max((v["macs"] for v in variants), default=None),
-        # how the points rise from the cheapest to the costliest, and in rank order
+        # how the trained points rise from the cheapest to the costliest, and in rank order
         "frontier_rise": rise.rise if rise else None,
         "frontier_spearman": rise.spearman if rise and math.isfinite(rise.spearman) else None,
         "payload_mb_per_client_round": traffic / rounds / 2**20 if rounds else None,

@@ -27,6 +27,7 @@ from fedapp.compare import (
     method_row,
     parse_assignment,
     placed_run_config,
+    read_summary,
     run_dir_of,
     seed_dir,
     write_outputs,
@@ -145,6 +146,26 @@ def test_table_plot_and_scores_from_real_runs(tmp_path: Path) -> None:
     with (tmp_path / "feast" / "run" / "population.csv").open() as f:
         assert {"ci95_low", "ci95_high"} <= set(next(csv.DictReader(f)))
     assert {"Acc_ci95_low", "Acc_ci95_high"} <= set(result["efficiency"][0])
+    # a summary written before intervals existed gets the same ones from its run's config.json
+    old = {k: v for k, v in feast.items() if k != "test_images" and not k.endswith("_ci95")}
+    old["variants"] = [
+        {k: v for k, v in point.items() if k not in ("ci95_low", "ci95_high", "images")}
+        for point in feast["variants"]
+    ]
+    (tmp_path / "feast" / "run" / "summary.json").write_text(json.dumps(old))
+    backfilled = read_summary(tmp_path / "feast" / "run")
+    assert backfilled["test_images"] == 300
+    for key in ("test_accuracy_ci95", "population_accuracy_ci95"):
+        assert backfilled[key] == pytest.approx(feast[key])
+    for point, variant in zip(backfilled["variants"], feast["variants"], strict=True):
+        assert (point["ci95_low"], point["ci95_high"]) == pytest.approx(
+            (variant["ci95_low"], variant["ci95_high"])
+        )
+    trained = [v for v in feast["variants"] if v["trained"]]  # untrained points say nothing
+    assert method_row("feast", backfilled)["frontier_rise"] == pytest.approx(
+        max(trained, key=lambda v: v["macs"])["accuracy"]
+        - min(trained, key=lambda v: v["macs"])["accuracy"]
+    )
 
 
 def test_mean_and_std_over_seeds() -> None:
