@@ -15,6 +15,8 @@ from flwr.app import Array, MessageType
 from local_grid import (
     FIRST_NODE_ID,
     LocalGrid,
+    PowerCut,
+    crash_in_round,
     local_federation,
     preset_overrides,
     run_config,
@@ -269,16 +271,13 @@ def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:
 def test_resume_after_a_crash_continues_without_lost_or_repeated_rounds(tmp_path) -> None:
     import torch
 
-    def crash_in_round_3(index, reply):
-        if reply.metadata.group_id == "3":
-            raise RuntimeError("server killed")
-        return reply
-
     base = {"num_clients": 3, "num_server_rounds": 4}
     config = _config(tmp_path, run_name="crashy", **base)
     server_context(config)
-    grid = LocalGrid(client_app, config, num_nodes=3, reply_hooks={0: crash_in_round_3})
-    with pytest.raises(RuntimeError, match="server killed"):
+    # on every node: whichever of them round 3's cohort draws, its first reply cuts the run
+    hooks = dict.fromkeys(range(3), crash_in_round(3))
+    grid = LocalGrid(client_app, config, num_nodes=3, reply_hooks=hooks)
+    with pytest.raises(PowerCut, match="server lost in round 3"):
         run_experiment(grid, parse_run_config(config))
     assert (tmp_path / "crashy" / "metrics.jsonl").read_text().count("\n") == 2
 

@@ -30,7 +30,7 @@ from fedapp.clients.nas import (
 )
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo, ImageArrays
-from fedapp.federated_data import public_images
+from fedapp.federated_data import client_budgets, public_images
 from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
 from fedapp.profiles import LocalNode, NodeRegistry
@@ -46,7 +46,7 @@ FAST = {
     "dataset": "digits",
     "nas_family": "lenet5",
     "partitioner": "iid",
-    "budget_min": 1e4,  # 3 clients: budgets 183,618 / 300,000 / 10,000 MACs
+    "budget_min": 1e4,  # 3 clients: budgets 82,918 / 10,000 / 300,000 MACs (seed 42)
     "budget_max": 3e5,
     "num_clients": 3,
     "fraction_train": 1.0,
@@ -280,10 +280,14 @@ def test_fedkd_nas_two_rounds_on_digits(tmp_path) -> None:
     assert {"test_loss", "comm", "compute_proxy_total_macs", "nas_choices"} <= set(summary)
     # logits cross the link both ways: 200 x 10 float32 per client and round
     assert summary["resources"]["comm_mb_total"] == pytest.approx(2 * 2 * 3 * 200 * 10 * 4 / 2**20)
-    # budgets 183,618 / 300,000 / 10,000 MACs: each starts from its largest feasible candidate
+    # each client starts from the largest candidate its budget affords; the one whose budget
+    # affords only the smallest never trains another
+    budgets = _budgets()
     first = {row["partition"]: row["candidate"] for row in choices if row["round"] == "1"}
-    assert first == {"0": "lenet5-x1.0", "1": "lenet5-x2.0", "2": "lenet5-x0.25"}
-    assert {row["candidate"] for row in choices if row["partition"] == "2"} == {"lenet5-x0.25"}
+    assert first == {p: [c.name for c in LENET if c.macs <= b][-1] for p, b in budgets.items()}
+    assert len(set(first.values())) == 3
+    (poorest,) = [p for p, b in budgets.items() if b < LENET[1].macs]
+    assert {row["candidate"] for row in choices if row["partition"] == poorest} == {"lenet5-x0.25"}
     with (tmp_path / "fedkd-nas" / "clients.csv").open() as f:
         clients = list(csv.DictReader(f))
     assert [row["partition"] for row in clients] == ["0", "1", "2"]
@@ -310,7 +314,7 @@ def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_traini
     )
     switches = [row for row in choices if row["reason"] == "duel-switched"]
     assert summary["nas_switches"] == len(switches)  # a client's first choice is no switch
-    budgets = {"0": 183_618, "1": 300_000, "2": 10_000}
+    budgets = _budgets()
     holdout = {p: len(_client_holdout(int(p))) if score_on == "private" else 40 for p in budgets}
     for row in choices:  # a share of the hold-out's images
         assert float(row["nas-holdout-accuracy"]) * holdout[row["partition"]] == pytest.approx(
@@ -347,6 +351,11 @@ def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_traini
             for name in (row["candidate"], row["rival"]):
                 if name:
                     last_measured[name] = int(row["round"])
+
+
+def _budgets() -> dict[str, float]:
+    """Each partition's budget (MACs) in the FAST runs, as the clients draw it."""
+    return {str(p): float(b) for p, b in enumerate(client_budgets(_cfg()))}
 
 
 def _client_holdout(partition: int) -> np.ndarray:
