@@ -1,6 +1,6 @@
 """``fedapp extract``: serve a FEAST-space model at a MAC limit no cached variant matches.
 
-Post-hoc extraction (spec feast.md §2) needs no retraining: the GA searches the run's supernet
+Post-hoc extraction needs no retraining: the GA searches the run's supernet
 under the limit, the winner's weights are cut from the trained supernet (``model_best.pt``, the
 checkpoint the run's test used), its BN statistics are recalibrated on the run's calibration set,
 and it is tested once on the run's test split, exactly as the cached variants were.

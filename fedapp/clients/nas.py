@@ -1,4 +1,4 @@
-"""The client NAS controller of FedKD-NAS (spec fedkd-nas.md, "Client NAS controller"; rule: ours).
+"""The client NAS controller of FedKD-NAS (its switching rule is fedapp's own).
 
 Every round a client trains one architecture from the run's candidate family:
 - feasible set: candidates whose forward MACs fit the client's budget and whose training-memory

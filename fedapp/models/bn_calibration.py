@@ -1,4 +1,4 @@
-"""Batch-norm recalibration of one operating point (spec feast.md §6).
+"""Batch-norm recalibration of one operating point.
 
 Weight-shared statistics fit no single variant, so every evaluated variant gets its own: the
 running mean and variance become the sample-weighted average of the per-batch statistics over a

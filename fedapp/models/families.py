@@ -1,4 +1,4 @@
-"""Candidate architecture families a client's NAS controller picks from (spec fedkd-nas.md).
+"""Candidate architecture families a client's NAS controller picks from (FedKD-NAS and Local-KD).
 
 A family is one backbone at several width multipliers: LeNet5 (channel multipliers), MobileNetV2
 (torchvision, width_mult), ShuffleNetV2 (torchvision x0.5 / x1.0) and ResNet18 widths (the

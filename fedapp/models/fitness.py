@@ -1,4 +1,4 @@
-"""The DeepFedNAS training-free fitness (spec feast.md §2), for whole populations at once.
+"""The DeepFedNAS training-free fitness, for whole populations at once.
 
 The fitness rewards "entropy" (log feature-map volume times summed log conv widths per stage) and
 effectiveness ``rho = L / geometric-mean width``, and penalises unbalanced depths and channel

@@ -1,4 +1,5 @@
-"""Genetic search for the fittest architecture under a MAC limit (spec feast.md §2).
+"""Genetic search for the fittest architecture under a MAC limit: how FEAST builds its variant
+cache and its post-hoc extractions.
 
 The whole population is one integer matrix (rows: individuals, columns: d, e-index, w-index), so a
 generation is a handful of numpy operations: tournament selection, single-point crossover,

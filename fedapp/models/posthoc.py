@@ -1,4 +1,4 @@
-"""Post-hoc extraction (spec feast.md §2): a new operating point from the trained supernet.
+"""Post-hoc extraction: a new operating point from the trained supernet.
 
 The GA searches the whole space under the requested MAC limit with the cache's fitness, the
 winner's weights are cut from the supernet, and its BN statistics are recalibrated; nothing is

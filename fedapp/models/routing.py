@@ -1,4 +1,4 @@
-"""Budget-tailored routing (spec feast.md §4): affordable set, envelope, sub-supernet shapes.
+"""Budget-tailored routing (FEAST): affordable set, envelope, sub-supernet shapes.
 
 A client with budget ``b`` can run every cached variant with ``MACs <= b``; its routed
 sub-supernet is the envelope of those variants: per stage the largest depth, per position the

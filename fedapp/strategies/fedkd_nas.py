@@ -1,4 +1,4 @@
-"""FedKD-NAS server (spec fedkd-nas.md) and Local-KD, its no-coordination ablation (ours).
+"""FedKD-NAS server and Local-KD, its no-coordination ablation (ours).
 
 The server holds the public set D_pub with its labels and, before round 1, fits the teacher and
 keeps its logits P_T. The teacher never labels an image it was trained on: with ``teacher-folds``

@@ -1,4 +1,4 @@
-"""SuperFedNAS and DeepFedNAS transferred onto the FEAST model space (feast.md §7).
+"""SuperFedNAS and DeepFedNAS transferred onto the FEAST model space.
 
 Each sampled client trains ONE subnet of the FEAST supernet with plain cross-entropy and receives
 only that subnet's leading slices. Who trains what follows the predecessors' tracking sandwich:

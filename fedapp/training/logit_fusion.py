@@ -1,4 +1,4 @@
-"""Server-side fusion of client logits on the public set (FedKD-NAS, spec fedkd-nas.md step 5).
+"""Server-side fusion of client logits on the public set (FedKD-NAS, after the clients answer).
 
 P_agg combines the clients' (M, C) logit matrices; the plain and sample-weighted means are the
 paper's, the coordinate-wise trimmed mean and median are ours, against clients that upload
