@@ -1,5 +1,5 @@
 """HeteroFL client: train the leading-slice sub-model of one width with static BN, the Scaler and
-masked cross-entropy (Diao et al., ICLR 2021; baselines-reference §1).
+masked cross-entropy (Diao et al., ICLR 2021).
 
 The server sends the width and the weights (no BN statistics: static BN keeps none); the client
 trains them on its shard and replies with the weights plus the mask of the classes it holds, which

@@ -354,16 +354,12 @@ def _idx_file(folder: Path, stem: str) -> Path | None:
 
 
 def _idx_folder(name: str, data_dir: str) -> Path | None:
-    """The first of data-dir and the set's system folder that holds its IDX files, if any."""
-    folders = [Path(data_dir)] if data_dir else []
-    if name in SYSTEM_IDX_DIRS:
-        folders.append(SYSTEM_IDX_DIRS[name])
-    else:
+    """The first of data-dir and the set's system folder that holds any of its IDX files."""
+    if name not in SYSTEM_IDX_DIRS:
         return None
-    for folder in folders:
-        if any(_idx_file(folder, stem) for pair in _IDX_FILES.values() for stem in pair):
-            return folder
-    return None
+    folders = ([Path(data_dir)] if data_dir else []) + [SYSTEM_IDX_DIRS[name]]
+    stems = [stem for pair in _IDX_FILES.values() for stem in pair]
+    return next((f for f in folders if any(_idx_file(f, stem) for stem in stems)), None)
 
 
 def _load_idx_folder(name: str, folder: Path) -> LoadedDataset:
