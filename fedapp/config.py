@@ -20,6 +20,7 @@ from fedapp.methods import METHOD_NAMES, METHODS
 from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
 from fedapp.models.families import FAMILY_NAMES
+from fedapp.models.masks import MEASURES, TOPK_RULES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.budgets import RNG_KINDS
 from fedapp.partitions.factory import PARTITIONER_NAMES
@@ -32,9 +33,6 @@ TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
 #: SuperFedNAS/DeepFedNAS transfers: draw subnets from the whole space or the affordable set.
 #: ``feast-transfer``: the FEAST authors' SuperFedNAS transfer (global min, best-of-20 max).
 SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained", "feast-transfer")
-#: FIARSE: what a budget's fraction counts, and where the top-k ranks (fedapp.models.masks).
-FIARSE_BUDGETS = ("macs", "params")
-FIARSE_TOPK = ("global", "layerwise")
 #: HeteroFL: widths by budget, the authors' fixed equal proportions, or drawn anew each round.
 HETEROFL_ASSIGNMENTS = ("budget", "proportion", "dynamic")
 #: ScaleFL self-distillation: the authors' code, or the FEAST authors' port.
@@ -236,8 +234,8 @@ _CHECKS: dict[str, Check] = {
     "variant_cache": _one_of(lambda: yaml_names(CACHES_DIR)),
     "substrate": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
     "fiarse_grid_points": _at_least(2),
-    "fiarse_budget": _one_of(FIARSE_BUDGETS),
-    "fiarse_topk": _one_of(FIARSE_TOPK),
+    "fiarse_budget": _one_of(MEASURES),
+    "fiarse_topk": _one_of(TOPK_RULES),
     "heterofl_assignment": _one_of(HETEROFL_ASSIGNMENTS),
     "scalefl_kd_form": _one_of(SCALEFL_KD_FORMS),
     "scalefl_exit_convs": _at_least(0),
