@@ -5,6 +5,10 @@ with a function that declares its arguments; ``main`` builds the argparse tree f
 (multi-word names such as ``("cache", "build")`` become nested subcommands), prints text or, with
 ``--json``, the same facts as JSON, and turns bad input into a one-line error with exit code 2.
 To add a subcommand, register it the same way in this module or in one imported by it.
+
+Only the subcommand on the command line declares its arguments, and a subcommand that needs
+Flower or torch imports them inside its functions: ``fedapp --help`` and the model-space
+subcommands then import neither (seconds on a board; ``compare`` also needs the simulation extra).
 """
 
 from __future__ import annotations
@@ -19,12 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedapp import compare
 from fedapp.device_speed import PROFILE_HELP
 from fedapp.device_speed import add_arguments as add_profile_arguments
 from fedapp.device_speed import profile as profile_device
-from fedapp.extraction import EXTRACT_HELP, extract
-from fedapp.extraction import add_arguments as add_extract_arguments
 from fedapp.models.arch import SupernetConfig, load_supernet, parse_arch
 from fedapp.models.cache import (
     CACHES_DIR,
@@ -422,19 +423,50 @@ def _profile(args: argparse.Namespace) -> Output:
     return Output(*profile_device(args))
 
 
-@command("extract", help=EXTRACT_HELP, configure=add_extract_arguments)
+def _configure_extract(parser: argparse.ArgumentParser) -> None:
+    from fedapp import extraction  # Flower and torch: only for this subcommand
+
+    extraction.add_arguments(parser)
+
+
+@command(
+    "extract",
+    help="cut a variant at a new MAC limit from a finished FEAST run, recalibrate, test it",
+    configure=_configure_extract,
+)
 def _extract(args: argparse.Namespace) -> Output:
+    from fedapp.extraction import extract
+
     return Output(*extract(args))
 
 
-@command("compare", help=compare.COMPARE_HELP, configure=compare.add_arguments)
+def _configure_compare(parser: argparse.ArgumentParser) -> None:
+    from fedapp import compare  # Flower and torch; its runs need the simulation extra (Ray)
+
+    compare.add_arguments(parser)
+
+
+@command(
+    "compare",
+    help="run several strategies on identical data, budgets and seeds; one table and plot",
+    configure=_configure_compare,
+)
 def _compare(args: argparse.Namespace) -> Output:
+    from fedapp import compare
+
     result = compare.run(args)
     return Output(result, result["report"] + f"\nfiles in {result['out_dir']}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse tree of every registered subcommand (each also takes ``--json``)."""
+def _named(path: tuple[str, ...], argv: Sequence[str] | None) -> bool:
+    """Whether the command line ``argv`` (None: build every subcommand) names ``path``."""
+    return argv is None or tuple(argv[: len(path)]) == path
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The argparse tree of every registered subcommand (each also takes ``--json``); given the
+    command line ``argv``, only the subcommand it names declares its arguments, so that the
+    other subcommands' modules are not imported."""
     parser = argparse.ArgumentParser(prog="fedapp", description=__doc__.splitlines()[0])
     groups: dict[tuple[str, ...], argparse._SubParsersAction] = {
         (): parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -451,15 +483,17 @@ def build_parser() -> argparse.ArgumentParser:
                     dest="_".join(prefix), required=True, metavar="COMMAND"
                 )
         leaf = groups[sub.path[:-1]].add_parser(sub.path[-1], help=sub.help, description=sub.help)
-        sub.configure(leaf)
-        leaf.add_argument("--json", action="store_true", help="print the result as JSON")
+        if _named(sub.path, argv):
+            sub.configure(leaf)
+            leaf.add_argument("--json", action="store_true", help="print the result as JSON")
         leaf.set_defaults(run=sub.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; bad input gives a one-line error and exit code 2."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         out = args.run(args)
     except (ValueError, KeyError, OSError) as err:

@@ -574,7 +574,6 @@ def write_seed_outputs(
 
 
 # ---- the command line (registered in fedapp.cli) ------------------------------------------------
-COMPARE_HELP = "run several strategies on identical data, budgets and seeds; one table and plot"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

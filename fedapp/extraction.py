@@ -26,7 +26,6 @@ from fedapp.models.posthoc import extract_posthoc
 from fedapp.records import load_state
 from fedapp.strategies.base import point_evaluator
 
-EXTRACT_HELP = "cut a variant at a new MAC limit from a finished FEAST run, recalibrate, test it"
 #: Methods whose global model is a FEAST supernet.
 SUPERNET_METHODS = ("feast", "superfednas", "deepfednas")
 
