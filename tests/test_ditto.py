@@ -3,6 +3,7 @@ and a two-round federation evaluating global and personal models."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -119,6 +120,11 @@ def test_two_round_federation_reports_personal_and_global_accuracy(tmp_path) -> 
     ]
     assert all("val-personal-accuracy" in row and "val-accuracy" in row for row in rows)
     assert (tmp_path / "ditto" / "personal.csv").exists()
+    # the accounting once: one row per accepted client-round, totals their sums
+    with (tmp_path / "ditto" / "communication.csv").open() as f:
+        ledger = list(csv.DictReader(f))
+    assert len(ledger) == summary["comm"]["client_rounds"]
+    assert summary["comm"]["bytes_down_total"] == sum(int(r["bytes_down"]) for r in ledger)
 
 
 def test_fedavg_and_ditto_replies_carry_the_compute_proxy() -> None:

@@ -37,6 +37,8 @@ class DittoStrategy(FedAvgStrategy):
         return metrics
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        """The personal models' mean as the test accuracy, the global model's beside it; the
+        accounting is FedAvg's summary's (added there once)."""
         global_result = super().test_summary(state, data, run_dir)
         personal, rows = self.client_mean("test")
         if rows:
@@ -48,7 +50,7 @@ class DittoStrategy(FedAvgStrategy):
             len(rows),
             format_measured(global_result["test_accuracy"], len(data.labels)),
         )
-        return {
+        return global_result | {
             "test_accuracy": personal["accuracy"],
             "test_loss": personal["loss"],
             "test_accuracy_is": "mean over clients of the personal model's test accuracy",
@@ -56,5 +58,4 @@ class DittoStrategy(FedAvgStrategy):
             "personal": rows,
             "global_test_accuracy": global_result["test_accuracy"],
             "global_test_loss": global_result["test_loss"],
-            "test_examples": global_result["test_examples"],
-        } | self.accounting_summary(run_dir)
+        }
