@@ -5,6 +5,10 @@ spawned (flower-superexec, flwr-serverapp, flwr-clientapp); a leftover process w
 output open. Ports are ones the OS reports free on 127.0.0.1. SuperLinks and SuperNodes are
 started through the deployment guide's own scripts (``scripts/deploy``), so the tests also check
 what a person following docs/deployment.md runs.
+
+``FEDAPP_DEVICE_VENV=<venv>`` runs the SuperNodes (and the ClientApps they start) from that
+virtual environment instead of this one: one made with the base install (``pip install fedapp``,
+no simulation extra) checks that a device's install is enough for a deployment.
 """
 
 from __future__ import annotations
@@ -34,6 +38,18 @@ from fedapp.launcher import (
 
 DEPLOY_SCRIPTS = REPO_DIR / "scripts" / "deploy"
 RUN_TIMEOUT = 420
+#: The virtual environment SuperNodes run from; empty: the tests' own.
+DEVICE_VENV = os.environ.get("FEDAPP_DEVICE_VENV", "")
+
+
+def device_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the device venv's tools (flower-supernode, its ClientApp's Python) first."""
+    if not DEVICE_VENV:
+        return dict(env)
+    tools = Path(DEVICE_VENV).expanduser().resolve() / "bin"
+    if not (tools / "flower-supernode").is_file():
+        raise FileNotFoundError(f"FEDAPP_DEVICE_VENV={DEVICE_VENV}: no {tools}/flower-supernode")
+    return dict(env, PATH=f"{tools}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(tools.parent))
 
 
 class Processes:
@@ -228,7 +244,7 @@ class Federation:
                 str(free_port()),
                 *flags,
             ],
-            self.process_env(name),
+            device_env(self.process_env(name)),
             self.root,
         )
 

@@ -2,17 +2,20 @@
 
 A TLS SuperLink with node authentication, two SuperNodes whose keys are registered, 2 rounds of
 FedAvg on the embedded digits; a third SuperNode with a valid CA but an unregistered key must be
-refused. Every process is stopped by PID, also on failure.
+refused. Every process is stopped by PID, also on failure. With ``FEDAPP_DEVICE_VENV`` set, the
+SuperNodes run from that venv (a device's base install, tests/processes.py).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from processes import (
+    DEVICE_VENV,
     FLWR,
     Federation,
     flwr_run,
@@ -67,6 +70,10 @@ def test_tls_superlink_admits_registered_nodes_only(tmp_path: Path) -> None:
         rows = read_rounds(out / "tls")
         assert [r["round"] for r in rows] == [1, 2]
         assert all(r["clients-accepted"] == 2 for r in rows)
+        if DEVICE_VENV:  # the devices' Python was the device venv's (start-supernode.sh execs)
+            cmdline = Path(f"/proc/{fed.procs.by_name['sn0'].pid}/cmdline").read_bytes()
+            python = Path(os.fsdecode(cmdline.split(b"\0")[0]))
+            assert python.parent == Path(DEVICE_VENV).expanduser().resolve() / "bin", python
 
         # the stranger had the right CA but an unregistered key: refused, and it gave up
         assert fed.procs.wait_exit("stranger", timeout=60) != 0, stranger_log.read_text()
