@@ -21,6 +21,7 @@ last completed round.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import statistics
@@ -613,6 +614,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     comparison = load_comparison(args.comparison, args.set, only)
     if args.seeds < 1:
         raise ConfigError(f"--seeds {args.seeds}: the number of seeds must be 1 or more")
+    if not args.report_only and importlib.util.find_spec("ray") is None:
+        raise ConfigError(
+            "fedapp compare runs Flower's simulation engine (Ray), which this install lacks: "
+            'pip install -e ".[simulation]" (--report-only needs none)'
+        )
     out_dir = Path(args.out or f"~/fedapp-runs/compare-{comparison.name}").expanduser().resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.seeds == 1:
