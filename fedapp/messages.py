@@ -28,6 +28,22 @@ LEARNING_RATE = "learning-rate"
 SELECTION_KEY = "val-accuracy"
 #: The reply metric in which a client reports its training compute (MACs, forward + backward).
 COMPUTE_METRIC = "compute-proxy-macs"
+#: What every trainer's reply says of its local work (fedapp.training.train_metrics): the
+#: server's round log and timing read them.
+TRAIN_LOSS = "train-loss"
+TRAIN_STEPS = "train-steps"
+TRAIN_SECONDS = "train-seconds"
+#: A client's metered resources (fedapp.clients.metering); the server averages CPU and memory.
+CPU_PERCENT = "cpu-percent"
+PEAK_RSS_MB = "peak-rss-mb"
+WALL_SECONDS = "wall-seconds"
+TORCH_THREADS = "torch-threads"
+#: An EVALUATE reply (fedapp.clients.evaluation_reply), also the keys of a local evaluation's
+#: result (fedapp.training.loops.evaluate): accuracy and mean loss on the named split; a family
+#: model's reply adds its width multiplier, by which the server names it.
+ACCURACY = "accuracy"
+LOSS = "loss"
+MULTIPLIER = "multiplier"
 
 # ---- method payloads, replies and train-config keys -------------------------------------------
 #: FEAST: the cache indices a client affords, and whether it received its routed envelope.
@@ -59,5 +75,21 @@ LABEL_LOGITS = "label-logits"
 LABEL_COUNTS = "label-counts"
 GLOBAL_LOGITS = "global-logits"
 GLOBAL_PRESENT = "global-present"
-#: FedKD-NAS/Local-KD: why a round's student is what it is (reply metric ``nas-reason``: the index).
+#: FedKD-NAS/Local-KD reply metrics: the round's student (width multiplier, MACs, score,
+#: hold-out accuracy and the steps behind it, whether it switched or was warm-started) and its
+#: duel's rival (multiplier, score, steps, accuracy; NO_RIVAL where none).
+NAS_MULTIPLIER = "nas-multiplier"
+NAS_MACS = "nas-macs"
+NAS_SCORE = "nas-score"
+NAS_SWITCHED = "nas-switched"
+NAS_WARM_START = "nas-warm-start"
+NAS_HOLDOUT_ACCURACY = "nas-holdout-accuracy"
+NAS_STEPS = "nas-steps"
+NAS_RIVAL_MULTIPLIER = "nas-rival-multiplier"
+NAS_RIVAL_SCORE = "nas-rival-score"
+NAS_RIVAL_STEPS = "nas-rival-steps"
+NAS_RIVAL_ACCURACY = "nas-rival-accuracy"
+NO_RIVAL = -1.0  # the rival metrics of a round without a duel
+#: Why a round's student is what it is (reply metric NAS_REASON: the index in NAS_REASONS).
+NAS_REASON = "nas-reason"
 NAS_REASONS = ("start", "incumbent", "duel-kept", "duel-switched")

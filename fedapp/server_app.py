@@ -27,7 +27,7 @@ from fedapp.evaluation.results import (
 )
 from fedapp.exchange import exchange
 from fedapp.federated_data import data_facts, population, server_set
-from fedapp.messages import DATA_FACTS, SELECTION_KEY
+from fedapp.messages import DATA_FACTS, SELECTION_KEY, TRAIN_LOSS
 from fedapp.profiles import NodeRegistry
 from fedapp.strategies.base import HeterogeneousStrategy, State, build_strategy
 
@@ -242,8 +242,8 @@ def _timing(rows: list[dict[str, Any]], setup: float, final: float) -> dict[str,
 
 
 def _log_progress(cfg: RunConfig, row: dict[str, Any]) -> None:
-    accuracy = f"{100 * row['val-accuracy']:.2f}%" if "val-accuracy" in row else "-"
-    loss = f"{row['train-loss']:.4f}" if "train-loss" in row else "-"
+    accuracy = f"{100 * row[SELECTION_KEY]:.2f}%" if SELECTION_KEY in row else "-"
+    loss = f"{row[TRAIN_LOSS]:.4f}" if TRAIN_LOSS in row else "-"
     log(
         INFO,
         "round %d/%d | clients %d/%d | train loss %s | val acc %s | %.1f s",

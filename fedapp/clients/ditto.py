@@ -24,7 +24,15 @@ from fedapp.clients.evaluation_reply import evaluation_reply, no_model_reply
 from fedapp.clients.node_state import load_arrays, save_arrays
 from fedapp.config import RunConfig
 from fedapp.federated_data import dataset_info
-from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, LEARNING_RATE, METRICS, SERVER_ROUND
+from fedapp.messages import (
+    ARRAYS,
+    COMPUTE_METRIC,
+    CONFIG,
+    LEARNING_RATE,
+    METRICS,
+    SERVER_ROUND,
+    TRAIN_SECONDS,
+)
 from fedapp.models.zoo import build_model
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
@@ -96,7 +104,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     metrics["personal-train-loss"] = stats.loss
     # the personal model trains as many examples as the global copy, at the same cost
     metrics[COMPUTE_METRIC] = 2 * float(metrics[COMPUTE_METRIC])
-    metrics["train-seconds"] = float(metrics["train-seconds"]) + stats.seconds
+    metrics[TRAIN_SECONDS] = float(metrics[TRAIN_SECONDS]) + stats.seconds
     return reply
 
 

@@ -16,7 +16,7 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.federated_data import server_set
-from fedapp.messages import CONFIG, EVAL_SPLIT, METRICS, NUM_EXAMPLES
+from fedapp.messages import ACCURACY, CONFIG, EVAL_SPLIT, LOSS, METRICS, MULTIPLIER, NUM_EXAMPLES
 from fedapp.models.families import Candidate
 from fedapp.training.loops import eval_loader, evaluate, resolve_device
 
@@ -39,12 +39,12 @@ def evaluation_reply(
     result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
     metrics = {
         NUM_EXAMPLES: int(result["examples"]),
-        "accuracy": result["accuracy"],
-        "loss": result["loss"],
+        ACCURACY: result[ACCURACY],
+        LOSS: result[LOSS],
     }
     return RecordDict({METRICS: MetricRecord(metrics | dict(extra or {}))})
 
 
 def candidate_costs(candidate: Candidate) -> dict[str, int | float]:
     """A family model's costs, reported with its evaluation."""
-    return {"macs": candidate.macs, "params": candidate.params, "multiplier": candidate.multiplier}
+    return {"macs": candidate.macs, "params": candidate.params, MULTIPLIER: candidate.multiplier}

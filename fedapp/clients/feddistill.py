@@ -31,6 +31,8 @@ from fedapp.messages import (
     METRICS,
     NUM_EXAMPLES,
     SERVER_ROUND,
+    TRAIN_LOSS,
+    TRAIN_SECONDS,
 )
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
@@ -109,8 +111,8 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     macs = own_candidate(cfg, info, node.budget).macs
     metrics = {
         NUM_EXAMPLES: len(loader.dataset),
-        "train-loss": stats.loss,
-        "train-seconds": time.perf_counter() - start,
+        TRAIN_LOSS: stats.loss,
+        TRAIN_SECONDS: time.perf_counter() - start,
         COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * macs * stats.examples),
     }
     arrays = {LABEL_LOGITS: means, LABEL_COUNTS: counts}

@@ -42,12 +42,26 @@ from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.federated_data import dataset_info, public_images
 from fedapp.messages import (
+    ACCURACY,
     ARRAYS,
     CONFIG,
     LEARNING_RATE,
     LOGITS,
     METRICS,
+    NAS_HOLDOUT_ACCURACY,
+    NAS_MACS,
+    NAS_MULTIPLIER,
+    NAS_REASON,
     NAS_REASONS,
+    NAS_RIVAL_ACCURACY,
+    NAS_RIVAL_MULTIPLIER,
+    NAS_RIVAL_SCORE,
+    NAS_RIVAL_STEPS,
+    NAS_SCORE,
+    NAS_STEPS,
+    NAS_SWITCHED,
+    NAS_WARM_START,
+    NO_RIVAL,
     SERVER_ROUND,
     TARGET,
 )
@@ -67,8 +81,6 @@ from fedapp.training.loops import (
     train_supervised,
 )
 from fedapp.training.train_metrics import train_metrics
-
-NO_RIVAL = -1.0  # rival metrics of a round without a duel
 
 
 def kd_schedule(private_batches: int, kd_steps: int) -> list[tuple[bool, bool]]:
@@ -236,7 +248,7 @@ class RoundTrainer:
             )
             public_seen += seen
         loader = eval_loader(self.holdout, self.info, EVAL_BATCH_SIZE)
-        accuracy = evaluate(model, loader, self.device)["accuracy"]
+        accuracy = evaluate(model, loader, self.device)[ACCURACY]
         return Trained(
             candidate,
             model,
@@ -299,18 +311,18 @@ def local_round(
     forward_macs = sum(r.candidate.macs * (r.stats.examples + r.public_seen) for r in runs)
     stats = TrainStats(student.stats.loss, examples, sum(r.stats.steps for r in runs), seconds)
     metrics = train_metrics(len(trainer.train_part.labels), stats, seconds, forward_macs) | {
-        "nas-multiplier": student.candidate.multiplier,
-        "nas-macs": student.candidate.macs,
-        "nas-score": student_score,
-        "nas-switched": int(switched),
-        "nas-warm-start": int(student.warm_start),
-        "nas-holdout-accuracy": student.measured.accuracy,
-        "nas-steps": student.measured.steps,
-        "nas-reason": NAS_REASONS.index(reason),
-        "nas-rival-multiplier": rival.candidate.multiplier if rival else NO_RIVAL,
-        "nas-rival-score": rival_score,
-        "nas-rival-steps": rival.measured.steps if rival else NO_RIVAL,
-        "nas-rival-accuracy": rival.measured.accuracy if rival else NO_RIVAL,
+        NAS_MULTIPLIER: student.candidate.multiplier,
+        NAS_MACS: student.candidate.macs,
+        NAS_SCORE: student_score,
+        NAS_SWITCHED: int(switched),
+        NAS_WARM_START: int(student.warm_start),
+        NAS_HOLDOUT_ACCURACY: student.measured.accuracy,
+        NAS_STEPS: student.measured.steps,
+        NAS_REASON: NAS_REASONS.index(reason),
+        NAS_RIVAL_MULTIPLIER: rival.candidate.multiplier if rival else NO_RIVAL,
+        NAS_RIVAL_SCORE: rival_score,
+        NAS_RIVAL_STEPS: rival.measured.steps if rival else NO_RIVAL,
+        NAS_RIVAL_ACCURACY: rival.measured.accuracy if rival else NO_RIVAL,
     }
     return student.model, metrics
 

@@ -41,6 +41,8 @@ from fedapp.messages import (
     METRICS,
     NUM_EXAMPLES,
     SERVER_ROUND,
+    TRAIN_LOSS,
+    TRAIN_SECONDS,
 )
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream, stream_rng
@@ -144,9 +146,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     macs = own_candidate(cfg, info, node.budget).macs
     metrics = {
         NUM_EXAMPLES: len(private.dataset),
-        "train-seconds": time.perf_counter() - start,
+        TRAIN_SECONDS: time.perf_counter() - start,
         COMPUTE_METRIC: float(macs * (FORWARD_BACKWARD_FACTOR * trained + len(uploaded))),
     }
     if np.isfinite(private_loss):
-        metrics["train-loss"] = private_loss
+        metrics[TRAIN_LOSS] = private_loss
     return RecordDict({ARRAYS: to_record({LOGITS: uploaded}), METRICS: MetricRecord(metrics)})

@@ -21,6 +21,8 @@ from types import TracebackType
 
 import torch
 
+from fedapp.messages import CPU_PERCENT, PEAK_RSS_MB, TORCH_THREADS, WALL_SECONDS
+
 SAMPLE_SECONDS = 0.05
 _STATM = Path("/proc/self/statm")
 
@@ -43,10 +45,10 @@ class ResourceUse:
 
     def as_metrics(self) -> dict[str, float]:
         return {
-            "cpu-percent": self.cpu_percent,
-            "peak-rss-mb": self.peak_rss_mb,
-            "wall-seconds": self.wall_seconds,
-            "torch-threads": float(self.torch_threads),
+            CPU_PERCENT: self.cpu_percent,
+            PEAK_RSS_MB: self.peak_rss_mb,
+            WALL_SECONDS: self.wall_seconds,
+            TORCH_THREADS: float(self.torch_threads),
         }
 
 

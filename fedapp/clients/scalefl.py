@@ -96,6 +96,6 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     seconds = time.perf_counter() - started
     metrics = MetricRecord(
         train_metrics(len(loader.dataset), stats, seconds, level_macs * stats.examples)
-        | {"level": level}
+        | {LEVEL: level}
     )
     return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

@@ -29,7 +29,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedapp.messages import NUM_EXAMPLES
+from fedapp.messages import ACCURACY, NUM_EXAMPLES
 
 #: Φ⁻¹(0.975): the standard normal quantile of a two-sided 95 % interval.
 Z95 = 1.959963984540054
@@ -67,7 +67,7 @@ def with_interval(row: Mapping[str, Any], n: int | None = None) -> dict[str, Any
     """A result row with the interval of its ``accuracy`` appended; ``n`` defaults to the row's
     own ``num-examples`` (each client's evaluation reports how many images it measured)."""
     images = int(row[NUM_EXAMPLES]) if n is None else n
-    return dict(row) | interval_columns(row["accuracy"], images)
+    return dict(row) | interval_columns(row[ACCURACY], images)
 
 
 def row_interval(row: Mapping[str, Any]) -> tuple[float, float] | None:
@@ -109,7 +109,7 @@ def format_accuracy(accuracy: float, interval: Sequence[float] | None) -> str:
 
 def format_row(row: Mapping[str, Any]) -> str:
     """A result row's ``accuracy`` with its interval, as :func:`format_accuracy`."""
-    return format_accuracy(row["accuracy"], row_interval(row))
+    return format_accuracy(row[ACCURACY], row_interval(row))
 
 
 def format_measured(accuracy: float, n: int) -> str:

@@ -32,14 +32,19 @@ from fedapp.evaluation.results import write_csv
 from fedapp.exchange import exchange
 from fedapp.federated_data import server_set
 from fedapp.messages import (
+    ACCURACY,
     ARRAYS,
     COMPUTE_METRIC,
     CONFIG,
+    CPU_PERCENT,
     EVAL_SPLIT,
     LEARNING_RATE,
+    LOSS,
     NUM_EXAMPLES,
+    PEAK_RSS_MB,
     SELECTION_KEY,
     SERVER_ROUND,
+    TRAIN_SECONDS,
 )
 from fedapp.methods import strategy_class
 from fedapp.partitions.cohorts import cohort_indices
@@ -114,15 +119,15 @@ class HeterogeneousStrategy(Strategy):
         """Per-round validation; must include SELECTION_KEY (methods with many operating
         points report one entry per point and select on their mean)."""
         result = self.evaluate(state, data)
-        return {"val-loss": result["loss"], SELECTION_KEY: result["accuracy"]}
+        return {"val-loss": result[LOSS], SELECTION_KEY: result[ACCURACY]}
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         """The one final test evaluation of the selected checkpoint, for summary.json (methods
         with more to report write their tables and plots into ``run_dir``)."""
         result = self.evaluate(state, data)
         return {
-            "test_accuracy": result["accuracy"],
-            "test_loss": result["loss"],
+            "test_accuracy": result[ACCURACY],
+            "test_loss": result[LOSS],
             "test_examples": result["examples"],
         } | self.accounting_summary(run_dir)
 
@@ -181,9 +186,9 @@ class HeterogeneousStrategy(Strategy):
         params, bytes_down = self._sent[reply.node_id]
         bytes_up = sum(a.nbytes for a in reply.arrays.values())
         self.ledger.add(server_round, profile.partition_id, params, bytes_down, bytes_up)
-        if {"cpu-percent", "peak-rss-mb"} <= set(reply.metrics):
+        if {CPU_PERCENT, PEAK_RSS_MB} <= set(reply.metrics):
             self.resource_use.append(
-                (float(reply.metrics["cpu-percent"]), float(reply.metrics["peak-rss-mb"]))
+                (float(reply.metrics[CPU_PERCENT]), float(reply.metrics[PEAK_RSS_MB]))
             )
         if COMPUTE_METRIC in reply.metrics:
             self.compute_proxy[profile.partition_id] = self.compute_proxy.get(
@@ -323,7 +328,7 @@ class HeterogeneousStrategy(Strategy):
         for node_id in self._expected:
             self.report.dropped[node_id] = "no reply (round timeout, or the node left)"
         self.report.accepted = len(valid)
-        seconds = [float(r.metrics.get("train-seconds", 0.0)) for r in valid]
+        seconds = [float(r.metrics.get(TRAIN_SECONDS, 0.0)) for r in valid]
         self.report.client_seconds = float(sum(seconds))
         self.report.client_seconds_max = max(seconds, default=0.0)
         if not valid:
@@ -370,7 +375,7 @@ class HeterogeneousStrategy(Strategy):
         rows = self.client_evaluation(split)
         mean = {
             key: float(np.mean([r[key] for r in rows])) if rows else float("nan")
-            for key in ("accuracy", "loss")
+            for key in (ACCURACY, LOSS)
         }
         return mean, rows
 

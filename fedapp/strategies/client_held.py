@@ -16,7 +16,7 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.results import write_csv
 from fedapp.federated_data import population
-from fedapp.messages import SELECTION_KEY
+from fedapp.messages import ACCURACY, LOSS, NUM_EXAMPLES, SELECTION_KEY
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.run_models import run_candidates
 from fedapp.strategies.base import HeterogeneousStrategy, State
@@ -53,15 +53,15 @@ class ClientHeldStrategy(HeterogeneousStrategy):
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         mean, rows = self.client_mean("validation")
-        return {"val-loss": mean["loss"], SELECTION_KEY: mean["accuracy"], "val-clients": len(rows)}
+        return {"val-loss": mean[LOSS], SELECTION_KEY: mean[ACCURACY], "val-clients": len(rows)}
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         mean, rows = self.client_mean("test")
         write_csv(run_dir / CLIENTS_FILE, rows)
         return {
-            "test_accuracy": mean["accuracy"],
-            "test_loss": mean["loss"],
-            "test_examples": int(rows[0]["num-examples"]),
+            "test_accuracy": mean[ACCURACY],
+            "test_loss": mean[LOSS],
+            "test_examples": int(rows[0][NUM_EXAMPLES]),
             "test_clients": len(rows),
             "clients": rows,
         } | self.accounting_summary(run_dir)

@@ -19,6 +19,7 @@ from flwr.common.logger import log
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_measured
 from fedapp.evaluation.results import write_csv
+from fedapp.messages import ACCURACY, LOSS
 from fedapp.strategies.base import State
 from fedapp.strategies.fedavg import FedAvgStrategy
 
@@ -32,8 +33,8 @@ class DittoStrategy(FedAvgStrategy):
         metrics = super().validation_metrics(state, data)
         personal, rows = self.client_mean("validation")
         if rows:
-            metrics["val-personal-accuracy"] = personal["accuracy"]
-            metrics["val-personal-loss"] = personal["loss"]
+            metrics["val-personal-accuracy"] = personal[ACCURACY]
+            metrics["val-personal-loss"] = personal[LOSS]
         return metrics
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
@@ -46,13 +47,13 @@ class DittoStrategy(FedAvgStrategy):
         log(
             INFO,
             "Ditto: personal models %s (mean over %d clients), global model %s",
-            format_measured(personal["accuracy"], len(data.labels)),
+            format_measured(personal[ACCURACY], len(data.labels)),
             len(rows),
             format_measured(global_result["test_accuracy"], len(data.labels)),
         )
         return global_result | {
-            "test_accuracy": personal["accuracy"],
-            "test_loss": personal["loss"],
+            "test_accuracy": personal[ACCURACY],
+            "test_loss": personal[LOSS],
             "test_accuracy_is": "mean over clients of the personal model's test accuracy",
             "personal_clients": len(rows),
             "personal": rows,

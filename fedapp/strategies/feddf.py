@@ -31,7 +31,7 @@ from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import OperatingPoint, operating_point_report
 from fedapp.evaluation.results import write_csv
 from fedapp.federated_data import population, public_images, server_set
-from fedapp.messages import PROTOTYPE, SELECTION_KEY
+from fedapp.messages import ACCURACY, LOSS, PROTOTYPE, SELECTION_KEY
 from fedapp.models.families import Candidate, build_candidate, family_candidates, largest_affordable
 from fedapp.models.routing import BudgetError
 from fedapp.models.slicing import SliceAccumulator
@@ -173,7 +173,7 @@ class FedDFStrategy(HeterogeneousStrategy):
             )
             distilled = {k: v.detach().cpu().numpy() for k, v in student.state_dict().items()}
             averaged |= prefixed(prototype.name, distilled)
-            row = {"round": server_round, "prototype": prototype.name} | vars(outcome)
+            row = {"round": server_round, PROTOTYPE: prototype.name} | vars(outcome)
             self.distillations.append(row)
             log(
                 INFO,
@@ -190,7 +190,7 @@ class FedDFStrategy(HeterogeneousStrategy):
 
     def _validation_accuracy(self, model: nn.Module) -> float:
         loader = eval_loader(self.validation, self.info, EVAL_BATCH_SIZE)
-        return evaluate(model, loader, self.device)["accuracy"]
+        return evaluate(model, loader, self.device)[ACCURACY]
 
     # ---- evaluation ------------------------------------------------------------------------
     def _prototype_rows(self, state: State, data: ImageArrays) -> list[dict[str, Any]]:
@@ -227,16 +227,16 @@ class FedDFStrategy(HeterogeneousStrategy):
         """Population accuracy and loss: each client's served prototype, averaged over clients."""
         rows = self._prototype_rows(state, data)
         return {
-            "accuracy": self._population_mean(rows, "accuracy"),
-            "loss": self._population_mean(rows, "loss"),
+            ACCURACY: self._population_mean(rows, ACCURACY),
+            LOSS: self._population_mean(rows, LOSS),
             "examples": len(data.labels),
         }
 
     def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self._prototype_rows(state, data)
-        metrics = {f"val-acc-{self.served[r['index']].name}": r["accuracy"] for r in rows}
-        metrics["val-loss"] = self._population_mean(rows, "loss")
-        metrics[SELECTION_KEY] = self._population_mean(rows, "accuracy")
+        metrics = {f"val-acc-{self.served[r['index']].name}": r[ACCURACY] for r in rows}
+        metrics["val-loss"] = self._population_mean(rows, LOSS)
+        metrics[SELECTION_KEY] = self._population_mean(rows, ACCURACY)
         return metrics
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
@@ -257,9 +257,9 @@ class FedDFStrategy(HeterogeneousStrategy):
         }
         summary = report | {
             "test_accuracy": report["population_accuracy"],
-            "test_loss": self._population_mean(rows, "loss"),
+            "test_loss": self._population_mean(rows, LOSS),
             "test_accuracy_is": "population accuracy: mean over clients of their prototype's",
-            "largest_prototype_test_accuracy": rows[-1]["accuracy"],
+            "largest_prototype_test_accuracy": rows[-1][ACCURACY],
             "prototypes": [
                 {"name": self.served[r["index"]].name, "clients": list(served.values()).count(i)}
                 | r

@@ -32,7 +32,26 @@ from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.evaluation.results import write_csv
 from fedapp.federated_data import public_images, server_set
-from fedapp.messages import LOGITS, NAS_REASONS, TARGET
+from fedapp.messages import (
+    ACCURACY,
+    LOGITS,
+    MULTIPLIER,
+    NAS_HOLDOUT_ACCURACY,
+    NAS_MACS,
+    NAS_MULTIPLIER,
+    NAS_REASON,
+    NAS_REASONS,
+    NAS_RIVAL_ACCURACY,
+    NAS_RIVAL_MULTIPLIER,
+    NAS_RIVAL_SCORE,
+    NAS_RIVAL_STEPS,
+    NAS_SCORE,
+    NAS_STEPS,
+    NAS_SWITCHED,
+    NAS_WARM_START,
+    NO_RIVAL,
+    TARGET,
+)
 from fedapp.models.families import affordable, family_candidates
 from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
@@ -55,16 +74,18 @@ from fedapp.training.loops import (
 
 TEACHER = "teacher"  # global state: P_T, the teacher's logits on D_pub
 NAS_CHOICES_FILE = "nas_choices.csv"
+#: The reply metrics nas_choices.csv keeps as they are (the student and rival by name, the
+#: reason by word, beside them).
 NAS_METRICS = (
-    "nas-macs",
-    "nas-score",
-    "nas-holdout-accuracy",
-    "nas-steps",
-    "nas-switched",
-    "nas-warm-start",
-    "nas-rival-score",
-    "nas-rival-accuracy",
-    "nas-rival-steps",
+    NAS_MACS,
+    NAS_SCORE,
+    NAS_HOLDOUT_ACCURACY,
+    NAS_STEPS,
+    NAS_SWITCHED,
+    NAS_WARM_START,
+    NAS_RIVAL_SCORE,
+    NAS_RIVAL_ACCURACY,
+    NAS_RIVAL_STEPS,
 )
 
 
@@ -204,20 +225,20 @@ class FedKDNASStrategy(ClientHeldStrategy):
     def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
         """The clients' mean, each client's row naming its student."""
         mean, rows = super().client_mean(split)
-        return mean, [row | {"candidate": self.candidate_name(row["multiplier"])} for row in rows]
+        return mean, [row | {"candidate": self.candidate_name(row[MULTIPLIER])} for row in rows]
 
     def _log_choices(self, server_round: int, replies: list[ValidReply]) -> None:
         for reply in replies:
             profile = self.nodes.profiles[reply.node_id]
-            rival = reply.metrics["nas-rival-multiplier"]
+            rival = reply.metrics[NAS_RIVAL_MULTIPLIER]
             self.nas_rows.append(
                 {
                     "round": server_round,
                     "partition": profile.partition_id,
                     "budget": profile.budget,
-                    "candidate": self.candidate_name(reply.metrics["nas-multiplier"]),
-                    "reason": NAS_REASONS[int(reply.metrics["nas-reason"])],
-                    "rival": self.candidate_name(rival) if rival > 0 else "",
+                    "candidate": self.candidate_name(reply.metrics[NAS_MULTIPLIER]),
+                    "reason": NAS_REASONS[int(reply.metrics[NAS_REASON])],
+                    "rival": self.candidate_name(rival) if rival != NO_RIVAL else "",
                 }
                 | {key: reply.metrics[key] for key in NAS_METRICS}
             )
@@ -236,8 +257,8 @@ class FedKDNASStrategy(ClientHeldStrategy):
         write_csv(run_dir / NAS_CHOICES_FILE, self.nas_rows)
         teacher = self.teacher_test(data)
         return summary | {
-            "teacher_test_accuracy": teacher["accuracy"] if teacher else None,
-            "nas_switches": int(sum(row["nas-switched"] for row in self.nas_rows)),
+            "teacher_test_accuracy": teacher[ACCURACY] if teacher else None,
+            "nas_switches": int(sum(row[NAS_SWITCHED] for row in self.nas_rows)),
             "nas_choices": {
                 name: int(np.sum([row["candidate"] == name for row in self.nas_rows]))
                 for name in (c.name for c in self.candidates)

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, eval_transform, mix_batch, train_transform
+from fedapp.messages import ACCURACY, LOSS
 from fedapp.random_streams import Stream, stream_seed
 
 
@@ -178,7 +179,7 @@ def evaluate(model: nn.Module, loader: DataLoader, device: torch.device) -> dict
         correct += int((logits.argmax(1) == y).sum())
         total += len(y)
     return {
-        "loss": loss_sum / max(total, 1),
-        "accuracy": correct / max(total, 1),
+        LOSS: loss_sum / max(total, 1),
+        ACCURACY: correct / max(total, 1),
         "examples": total,
     }

@@ -3,7 +3,7 @@ accounting reads (training loss, steps and time; the compute proxy, ``COMPUTE_ME
 
 from __future__ import annotations
 
-from fedapp.messages import COMPUTE_METRIC, NUM_EXAMPLES
+from fedapp.messages import COMPUTE_METRIC, NUM_EXAMPLES, TRAIN_LOSS, TRAIN_SECONDS, TRAIN_STEPS
 from fedapp.training.loops import TrainStats
 
 #: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
@@ -17,8 +17,8 @@ def train_metrics(
     ``FORWARD_BACKWARD_FACTOR`` x ``forward_macs`` (forward MACs summed over the examples)."""
     return {
         NUM_EXAMPLES: num_examples,
-        "train-loss": stats.loss,
-        "train-steps": stats.steps,
-        "train-seconds": seconds,
+        TRAIN_LOSS: stats.loss,
+        TRAIN_STEPS: stats.steps,
+        TRAIN_SECONDS: seconds,
         COMPUTE_METRIC: float(FORWARD_BACKWARD_FACTOR * forward_macs),
     }
