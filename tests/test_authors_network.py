@@ -1,6 +1,6 @@
 """fedapp's FEAST supernet against an independent build of the authors' network.
 
-The reference network below is written from the published facts alone (spec feast.md section 1):
+The reference network below is written from the published facts alone (docs/methods/feast.md):
 stem conv3x3 + BN + ReLU; per stage 1 + d blocks of conv3x3 (stride on the first) + BN + ReLU,
 conv3x3 + BN + ReLU, add the shortcut (first block: AvgPool(stride, ceil) + conv1x1 + BN), ReLU;
 global average pool and a linear head. Channels are make_divisible(base x w) and middle channels

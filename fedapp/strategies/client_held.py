@@ -1,10 +1,12 @@
-"""Server side of the logit-exchange methods whose models live on the clients (FedMD, FedDistill).
+"""Server side of the logit-exchange methods whose models live on the clients: FedMD,
+FedDistill, and FedKD-NAS with its ablation Local-KD (their server may add a teacher).
 
-The server holds no model, only what the clients exchange (consensus or per-label logits), so it
-evaluates by asking every node to evaluate its own kept model (``client_evaluation``) and reports
-the unweighted mean over clients, as these methods' papers do. The final test therefore measures
-the clients' models after the last round: they are not on the server, so no best-round checkpoint
-of them can be restored (the server's checkpoint holds only the exchanged logits).
+The server holds no client model, only logits (FedMD's consensus, FedDistill's per-label means,
+FedKD-NAS's public-set logits and its teacher's), so it evaluates by asking every node to evaluate
+its own kept model (``client_evaluation``) and reports the unweighted mean over clients, as these
+methods' papers do. The final test therefore measures the clients' models after the last round:
+they are not on the server, so no best-round checkpoint of them can be restored (the server's
+checkpoint holds only its logits).
 """
 
 from __future__ import annotations
