@@ -32,7 +32,12 @@ from typing import Any
 
 from flwr.common.config import get_fused_config_from_dir
 
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import (
+    ConfigError,
+    config_differences,
+    describe_differences,
+    parse_run_config,
+)
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
 from fedapp.evaluation.frontier import frontier_rise
 from fedapp.evaluation.intervals import (
@@ -87,9 +92,6 @@ EFFICIENCY_FILE = "efficiency.csv"
 REPORT_FILE = "comparison.md"
 PLOT_FILE = "accuracy_vs_macs.png"
 SEEDS_PLOT_FILE = "accuracy_over_seeds.png"
-#: Run-config keys that may differ between a kept run and the comparison: where it is written,
-#: and ``resume``, which an interrupted run was continued with.
-PLACEMENT_KEYS = frozenset({"out-dir", "run-name", "resume"})
 #: Suffixes of the columns that hold an accuracy's 95 % interval, after the accuracy's own key.
 CI_LOW, CI_HIGH = "_" + LOW, "_" + HIGH
 
@@ -201,27 +203,11 @@ def placed_run_config(comparison: Comparison, strategy: str, out_dir: Path) -> d
     }
 
 
-_ABSENT = "(absent)"
-
-
-def config_differences(run_dir: Path, config: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """Key -> (the kept run's value, the value ``config`` resolves to) for every run-config key
-    on which a run's ``config.json`` and ``config`` differ, placement keys aside; both sides as
-    the ServerApp writes them (parsed and JSON round-tripped), so 0.1 and 1e-1 are one value."""
-    kept = json.loads((run_dir / CONFIG_FILE).read_text())
-    wanted = json.loads(json.dumps(parse_run_config(config).as_run_config()))
-    keys = sorted((set(kept) | set(wanted)) - PLACEMENT_KEYS)
-    return {
-        key: (kept.get(key, _ABSENT), wanted.get(key, _ABSENT))
-        for key in keys
-        if kept.get(key, _ABSENT) != wanted.get(key, _ABSENT)
-    }
-
-
 def check_kept_runs(comparison: Comparison, out_dir: Path) -> None:
     """Stop, before anything runs, where a finished or interrupted run in ``out_dir`` was made
     with another run config than the comparison's now: keeping it would mix two experiments in
-    one table, and running again would overwrite a finished run."""
+    one table, and running again would overwrite a finished run. Only the placement keys
+    (``fedapp.config.PLACEMENT_KEYS``) may differ."""
     problems = []
     for strategy in comparison.strategies:
         run_dir = run_dir_of(out_dir, strategy)
@@ -230,12 +216,12 @@ def check_kept_runs(comparison: Comparison, out_dir: Path) -> None:
         if not (run_dir / CONFIG_FILE).exists():
             problems.append(f"{strategy}: {run_dir} has results but no {CONFIG_FILE}")
             continue
-        differences = config_differences(run_dir, placed_run_config(comparison, strategy, out_dir))
+        differences = config_differences(
+            json.loads((run_dir / CONFIG_FILE).read_text()),
+            parse_run_config(placed_run_config(comparison, strategy, out_dir)),
+        )
         if differences:
-            changed = "; ".join(
-                f"{key} = {kept!r} there, {wanted!r} now"
-                for key, (kept, wanted) in differences.items()
-            )
+            changed = describe_differences(differences)
             problems.append(f"{strategy}: {run_dir} was run with another config: {changed}")
     if problems:
         raise ConfigError(

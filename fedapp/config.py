@@ -8,6 +8,7 @@ allowed, so the apps can stop before any training without a traceback.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -402,3 +403,35 @@ def replace(cfg: RunConfig, **changes: Any) -> RunConfig:
     """A validated copy with some fields changed (used by tests and the comparison tools)."""
     merged = cfg.as_run_config() | {key_of(k): v for k, v in changes.items()}
     return parse_run_config(merged)
+
+
+#: Run-config keys that say where a run's files go, what is written beside them and whether it
+#: resumed, not what it computes: a kept run (``fedapp compare``) or a resumed one may differ
+#: from its config.json in these.
+#: Every other key is the experiment: ``num-server-rounds`` too (it sets the learning-rate
+#: schedule of the rounds already run), and ``eval-every`` (it decided which rounds could become
+#: the best checkpoint).
+PLACEMENT_KEYS = frozenset({"out-dir", "run-name", "resume", "tensorboard"})
+_ABSENT = "(absent)"
+
+
+def config_differences(
+    saved: Mapping[str, Any], cfg: RunConfig, ignored: frozenset[str] = PLACEMENT_KEYS
+) -> dict[str, tuple[Any, Any]]:
+    """Key -> (value in a run folder's ``saved`` config.json, value in ``cfg``) for every key on
+    which they differ, ``ignored`` keys aside; ``cfg`` as the ServerApp writes it (JSON round
+    trip), so 0.1 and 1e-1 are one value."""
+    wanted = json.loads(json.dumps(cfg.as_run_config()))
+    keys = sorted((set(saved) | set(wanted)) - ignored)
+    return {
+        key: (saved.get(key, _ABSENT), wanted.get(key, _ABSENT))
+        for key in keys
+        if saved.get(key, _ABSENT) != wanted.get(key, _ABSENT)
+    }
+
+
+def describe_differences(differences: Mapping[str, tuple[Any, Any]]) -> str:
+    """``key = <saved> there, <wanted> now`` for each key of :func:`config_differences`."""
+    return "; ".join(
+        f"{key} = {saved!r} there, {wanted!r} now" for key, (saved, wanted) in differences.items()
+    )

@@ -13,12 +13,19 @@ from flwr.app import ConfigRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.config import (
+    ConfigError,
+    RunConfig,
+    config_differences,
+    describe_differences,
+    parse_run_config,
+)
 from fedapp.data.registry import DatasetUnavailableError
 from fedapp.evaluation.intervals import format_accuracy, summary_intervals
 from fedapp.evaluation.plots import plot_rounds
 from fedapp.evaluation.results import (
     BEST_MODEL_FILE,
+    CHECKPOINT_FILE,
     CONFIG_FILE,
     FINAL_MODEL_FILE,
     ROUNDS_PLOT_FILE,
@@ -71,6 +78,7 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     run_dir = RunRecorder.run_dir_for(
         cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
     )
+    _check_resumable(cfg, run_dir)
     validation = server_set(cfg, "validation")  # loads the data: fails before anyone trains
     facts = data_facts(population(cfg).info)
     nodes = NodeRegistry(facts)
@@ -150,6 +158,28 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         run_dir,
     )
     return summary
+
+
+def _check_resumable(cfg: RunConfig, run_dir: Path) -> None:
+    """Refuse to resume a run folder made with another configuration, before anything in it is
+    rewritten: continuing would mix two experiments in one set of files. Only the placement keys
+    (``fedapp.config.PLACEMENT_KEYS``) may differ from the folder's config.json."""
+    if not cfg.resume:
+        return
+    if not (run_dir / CONFIG_FILE).exists():
+        if (run_dir / CHECKPOINT_FILE).exists():
+            raise ConfigError(
+                f"'resume' = true, but {run_dir} has a {CHECKPOINT_FILE} and no {CONFIG_FILE}: "
+                "which configuration it continues cannot be checked"
+            )
+        return
+    differences = config_differences(json.loads((run_dir / CONFIG_FILE).read_text()), cfg)
+    if differences:
+        raise ConfigError(
+            f"'resume' = true, but {run_dir} was run with another config: "
+            f"{describe_differences(differences)}. Resume it with the config it was run with, "
+            "or give another 'run-name' to start a new run; nothing in it was changed"
+        )
 
 
 def _starting_point(

@@ -9,6 +9,7 @@ The crash is real: the server's process state is lost when a node's reply raises
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, r
 from processes import read_rounds
 from test_feast import DIGITS_FEAST
 
-from fedapp.config import parse_run_config
+from fedapp.config import ConfigError, parse_run_config
 from fedapp.profiles import NodeRegistry
 from fedapp.strategies.base import build_strategy
 
@@ -71,6 +72,35 @@ def test_resumed_run_reports_the_accounting_of_an_uninterrupted_one(tmp_path: Pa
     assert resumed["timing"]["rounds_seconds"] == pytest.approx(sum(r["seconds"] for r in rows))
     on_disk = json.loads((tmp_path / "crash" / "summary.json").read_text())
     assert on_disk["comm"] == whole["comm"]
+
+
+def _hashes(folder: Path) -> dict[str, str]:
+    """Every file below ``folder`` -> the SHA-256 of its bytes."""
+    return {
+        path.relative_to(folder).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_a_resume_with_another_config_is_refused_before_any_file_changes(tmp_path: Path) -> None:
+    run_local(_config(tmp_path, "kept", num_server_rounds=1), num_nodes=4)
+    run_dir = tmp_path / "kept"
+    saved = json.loads((run_dir / "config.json").read_text())
+    before = _hashes(run_dir)
+    assert {"checkpoint.pt", "config.json", "metrics.jsonl", "summary.json"} <= set(before)
+
+    other = {"num_server_rounds": 1, "learning_rate": 0.03, "local_epochs": 2}
+    with pytest.raises(ConfigError) as refused:
+        run_local(_config(tmp_path, "kept", resume=True, **other), num_nodes=4)
+
+    message = str(refused.value)
+    assert f"{run_dir} was run with another config" in message
+    # each differing key with both values; resume, a placement key, may differ
+    assert f"learning-rate = {saved['learning-rate']!r} there, 0.03 now" in message
+    assert f"local-epochs = {saved['local-epochs']!r} there, 2 now" in message
+    assert message.count(" there, ") == 2
+    assert _hashes(run_dir) == before
 
 
 def test_maxnet_role_counts_survive_the_checkpoint_and_decide_the_next_roles(tmp_path) -> None:
