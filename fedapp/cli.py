@@ -415,6 +415,24 @@ def budgets_command(args: argparse.Namespace) -> Output:
     return Output(data, budget_plan.render(data))
 
 
+# ---- results -----------------------------------------------------------------------------------
+
+
+def _configure_show(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", type=Path, help="a run's folder, <out-dir>/<run-name>")
+
+
+@command(
+    "show",
+    help="a finished run's test accuracy, its 95 percent interval and its operating points",
+    configure=_configure_show,
+)
+def show_command(args: argparse.Namespace) -> Output:
+    from fedapp.results import describe, load_run  # pandas and torch: only for this subcommand
+
+    return Output(*describe(load_run(args.run_dir)))
+
+
 # ---- entry point --------------------------------------------------------------------------------
 
 

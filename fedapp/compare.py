@@ -46,14 +46,13 @@ from fedapp.evaluation.intervals import (
     SUMMARY_SUFFIX,
     format_accuracy,
     row_interval,
-    summary_intervals,
     wilson_interval,
 )
 from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
 from fedapp.evaluation.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, write_csv
-from fedapp.federated_data import server_set
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.methods import METHOD_NAMES
+from fedapp.results import read_summary
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
 #: Keys that define the experiment every method must share; per-strategy overrides may not set them.
@@ -276,22 +275,6 @@ def collect_summaries(out_dir: Path, strategies: tuple[str, ...]) -> dict[str, d
         if (run_dir_of(out_dir, strategy) / SUMMARY_FILE).exists():
             found[strategy] = read_summary(run_dir_of(out_dir, strategy))
     return found
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A run's summary.json. One written before intervals existed gets them here, in memory,
-    from the size of the run's test split (recomputed from its config.json): every accuracy it
-    reports, its operating points included, was measured on that whole split."""
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    if "test_images" in summary or not (run_dir / CONFIG_FILE).exists():
-        return summary
-    cfg = parse_run_config(json.loads((run_dir / CONFIG_FILE).read_text()))
-    images = len(server_set(cfg, "test").labels)
-    summary |= summary_intervals(summary, images)
-    for point in summary.get("variants", []):
-        if isinstance(point.get("accuracy"), int | float) and point.get(LOW) is None:
-            point[LOW], point[HIGH] = wilson_interval(float(point["accuracy"]), images)
-    return summary
 
 
 def _optional(mapping: dict[str, Any], *keys: str) -> float | None:

@@ -156,6 +156,7 @@ class RunConfig:
     out_dir: str
     run_name: str
     resume: bool
+    tensorboard: bool  # TensorBoard event files beside the run's files (server only)
 
     @property
     def cohort_size(self) -> int:
@@ -397,6 +398,16 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
         if not problems:
             return cfg
     raise ConfigError("invalid run configuration:\n  - " + "\n  - ".join(problems))
+
+
+#: Keys added after runs were saved, with the value those runs behaved as: a run folder's
+#: config.json written before a key existed still parses (:func:`parse_saved_run_config`).
+LATER_KEYS: dict[str, Any] = {"tensorboard": False}
+
+
+def parse_saved_run_config(saved: Mapping[str, Any]) -> RunConfig:
+    """A run folder's config.json as a RunConfig; keys it predates take their LATER_KEYS value."""
+    return parse_run_config({**LATER_KEYS, **saved})
 
 
 def replace(cfg: RunConfig, **changes: Any) -> RunConfig:

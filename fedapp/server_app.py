@@ -22,6 +22,7 @@ from fedapp.config import (
 )
 from fedapp.data.registry import DatasetUnavailableError
 from fedapp.evaluation.intervals import format_accuracy, summary_intervals
+from fedapp.evaluation.labels import LABELS_FILE, write_label_distribution
 from fedapp.evaluation.plots import plot_rounds
 from fedapp.evaluation.results import (
     BEST_MODEL_FILE,
@@ -32,6 +33,7 @@ from fedapp.evaluation.results import (
     SUMMARY_FILE,
     RunRecorder,
 )
+from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
 from fedapp.exchange import exchange
 from fedapp.federated_data import data_facts, population, server_set
 from fedapp.messages import DATA_FACTS, SELECTION_KEY, TRAIN_LOSS
@@ -75,6 +77,10 @@ def main(grid: Grid, context: Context) -> None:
 def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """The whole run; returns the summary it also writes to summary.json."""
     started = time.perf_counter()
+    if cfg.tensorboard and not tensorboard_available():
+        raise ConfigError(
+            f"run config 'tensorboard' = true needs the tensorboard package: {INSTALL_HINT}"
+        )
     run_dir = RunRecorder.run_dir_for(
         cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
     )
@@ -85,8 +91,9 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
     strategy = build_strategy(cfg, nodes)
     first_round, state, best, earlier = _starting_point(cfg, strategy, run_dir)
-    recorder = RunRecorder(run_dir, resume_after=first_round - 1)
+    recorder = RunRecorder(run_dir, resume_after=first_round - 1, tensorboard=cfg.tensorboard)
     recorder.write_json(CONFIG_FILE, cfg.as_run_config())
+    _write_labels(cfg, run_dir, nodes)
     log(
         INFO,
         "fedapp: %s on %s, %d clients (%d per round), rounds %d..%d -> %s",
@@ -147,6 +154,7 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     # Every test accuracy with its 95 % interval, from the final figures of whatever method.
     summary |= summary_intervals(summary, len(test.labels))
     recorder.write_json(SUMMARY_FILE, summary)
+    recorder.log_test(summary)
     plot_rounds(
         run_dir / ROUNDS_PLOT_FILE, recorder.rows, SELECTION_KEY, f"{cfg.strategy} on {cfg.dataset}"
     )
@@ -207,6 +215,31 @@ def _starting_point(
     return done + 1, state, extra["best"], earlier
 
 
+def _write_labels(cfg: RunConfig, run_dir: Path, nodes: NodeRegistry) -> None:
+    """labels.csv and labels.png of the seeded split, which the server computes as every
+    simulated client does. A node that trains on files of its own (node config ``data-path``)
+    reports another number of examples; its row then shows a shard it does not use, and a
+    warning says so (the server never sees a node's labels)."""
+    pop = population(cfg)
+    title = f"{cfg.dataset}, {cfg.partitioner} split: labels per client"
+    counts = write_label_distribution(
+        run_dir, pop.dataset.train.labels, pop.shards, pop.info.num_classes, title
+    )
+    sizes = counts.sum(axis=1)
+    own = sorted(
+        p.partition_id
+        for p in nodes.profiles.values()
+        if p.partition_id in sizes.index and p.num_examples != sizes[p.partition_id]
+    )
+    if own:
+        log(
+            WARNING,
+            "fedapp: %s shows the seeded split; partitions %s train on data of their own",
+            LABELS_FILE,
+            own,
+        )
+
+
 def _plain(value: Any) -> Any:
     """numpy scalars and arrays in a method's records as JSON values."""
     if isinstance(value, np.generic | np.ndarray):
@@ -242,6 +275,7 @@ def _train_round(
         "seconds-client-training-sum": report.client_seconds,
         "seconds-client-training-max": report.client_seconds_max,
     }
+    row["bytes-down"], row["bytes-up"] = strategy.ledger.round_bytes(server_round)
     if metrics is not None:
         row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}
     return (new_state if new_state is not None else state), row

@@ -50,6 +50,11 @@ class CommunicationLedger:
             }
         )
 
+    def round_bytes(self, server_round: int) -> tuple[int, int]:
+        """Bytes sent down and up in one round's accepted client-rounds (its metrics row)."""
+        rows = [row for row in self.client_rounds if row["round"] == server_round]
+        return sum(r["bytes_down"] for r in rows), sum(r["bytes_up"] for r in rows)
+
     def summary(self, params_by_client: Mapping[int, int] | None = None) -> dict[str, float]:
         """Per client-round means and reductions; per-client figures over the population
         (``params_by_client``: what each client would receive; default: its mean over the

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedapp.evaluation.tensorboard import TensorBoardLog
+
 CHECKPOINT_FILE = "checkpoint.pt"
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -38,8 +40,10 @@ def write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> Path:
 class RunRecorder:
     """Writes one run's outputs into its own folder."""
 
-    def __init__(self, run_dir: Path, resume_after: int = 0) -> None:
-        """Start a run's files afresh, or keep the metrics of rounds 1..resume_after."""
+    def __init__(self, run_dir: Path, resume_after: int = 0, tensorboard: bool = False) -> None:
+        """Start a run's files afresh, or keep the metrics of rounds 1..resume_after; with
+        ``tensorboard``, also write every round and the final test figures as TensorBoard
+        events (``fedapp.evaluation.tensorboard``)."""
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         metrics = run_dir / METRICS_FILE
@@ -49,6 +53,7 @@ class RunRecorder:
             kept = [r for r in rows if r["round"] <= resume_after]
         self.rows: list[dict[str, Any]] = kept
         metrics.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept))
+        self.tensorboard = TensorBoardLog(run_dir, resume_after) if tensorboard else None
 
     @staticmethod
     def run_dir_for(out_dir: Path, run_name: str, strategy: str, dataset: str) -> Path:
@@ -66,6 +71,15 @@ class RunRecorder:
         self.rows.append(dict(row))
         with (self.run_dir / METRICS_FILE).open("a") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
+        if self.tensorboard is not None:
+            self.tensorboard.log_round(row)
+
+    def log_test(self, summary: Mapping[str, Any]) -> None:
+        """The run's final test figures, where a view beside summary.json wants them (TensorBoard);
+        closes that view."""
+        if self.tensorboard is not None:
+            self.tensorboard.log_test(summary)
+            self.tensorboard.close()
 
     def save_state(self, filename: str, state: Mapping[str, np.ndarray]) -> Path:
         """A global state as a torch state dict (loadable with ``torch.load``)."""
