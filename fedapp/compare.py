@@ -53,6 +53,7 @@ from fedapp.evaluation.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.methods import METHOD_NAMES
 from fedapp.results import read_summary
+from fedapp.run_progress import RunProgress
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
 #: Keys that define the experiment every method must share; per-strategy overrides may not set them.
@@ -259,7 +260,12 @@ def run_comparison(
             print(f"{head}: interrupted, resuming from its checkpoint ...", flush=True)
         else:
             print(f"{head} ...", flush=True)
-        run_app(write_run_config(workdir / "run-config.toml", config), federation, workdir, timeout)
+        progress = RunProgress(run_dir_of(out_dir, strategy), config["num-server-rounds"])
+        try:
+            run_config = write_run_config(workdir / "run-config.toml", config)
+            run_app(run_config, federation, workdir, timeout, watch=progress.update)
+        finally:
+            progress.close()
         if summary_path.exists():
             summaries[strategy] = read_summary(run_dir_of(out_dir, strategy))
             print(f"    done in {summaries[strategy]['wall_seconds']:.0f} s", flush=True)

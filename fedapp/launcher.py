@@ -15,13 +15,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 BIN_DIR = Path(sys.executable).parent
 APP_DIR = Path(__file__).resolve().parents[1]
 FLWR = str(BIN_DIR / "flwr")
+#: How often a run is checked for its end, its deadline and its watcher.
+WATCH_SECONDS = 2.0
 
 
 def free_port() -> int:
@@ -121,10 +123,17 @@ def write_run_config(path: Path, config: Mapping[str, Any]) -> Path:
 
 
 def run_app(
-    run_config: Path, federation_config: str, workdir: Path, timeout: float, **env_extra: str
+    run_config: Path,
+    federation_config: str,
+    workdir: Path,
+    timeout: float,
+    watch: Callable[[], None] | None = None,
+    **env_extra: str,
 ) -> subprocess.CompletedProcess:
     """``flwr run`` of this app in simulation (own FLWR_HOME and free ports under ``workdir``),
-    output to ``workdir/flwr-run.log``; the local SuperLink it starts is stopped afterwards."""
+    output to ``workdir/flwr-run.log``; ``watch`` is called every few seconds while it runs; the
+    local SuperLink it starts is stopped afterwards. Past ``timeout`` seconds the run is killed
+    and :class:`subprocess.TimeoutExpired` raised."""
     http_port, control_port = free_port(), free_port()
     env = flower_env(
         workdir / "flwr-home",
@@ -134,18 +143,26 @@ def run_app(
     )
     command = [FLWR, "run", str(APP_DIR), "--stream", "--run-config", str(run_config)]
     command += ["--federation-config", federation_config]
+    deadline = time.monotonic() + timeout
     try:
         with (workdir / "flwr-run.log").open("w") as log:
-            return subprocess.run(
+            process = subprocess.Popen(
                 command,
                 cwd=APP_DIR,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
             )
+            with process:
+                while process.poll() is None:
+                    if time.monotonic() > deadline:
+                        process.kill()
+                        raise subprocess.TimeoutExpired(command, timeout)
+                    if watch is not None:
+                        watch()
+                    time.sleep(WATCH_SECONDS)
+            return subprocess.CompletedProcess(command, process.returncode)
     finally:
         for pattern in (f"--port {http_port}", f"127.0.0.1:{http_port}"):
             for pid in pids_mentioning(pattern):

@@ -23,6 +23,7 @@ from fedapp.config import (
 from fedapp.data.registry import DatasetUnavailableError
 from fedapp.evaluation.intervals import format_accuracy, summary_intervals
 from fedapp.evaluation.labels import LABELS_FILE, write_label_distribution
+from fedapp.evaluation.operating_points import announce_points
 from fedapp.evaluation.plots import plot_rounds
 from fedapp.evaluation.results import (
     BEST_MODEL_FILE,
@@ -137,7 +138,8 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
     final_start = time.perf_counter()
     test = server_set(cfg, "test")
-    report = strategy.test_summary(best_state, test, run_dir)
+    with announce_points("final test"):
+        report = strategy.test_summary(best_state, test, run_dir)
     timing = _timing(recorder.rows, setup_seconds, time.perf_counter() - final_start)
     summary = {
         "strategy": cfg.strategy,

@@ -13,6 +13,7 @@ from local_grid import local_federation, run_config
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.accounting import CommunicationLedger, coverage_probability, exposure
+from fedapp.evaluation.intervals import format_row
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population
 from fedapp.models.elastic_resnet import ElasticResNet
@@ -135,7 +136,7 @@ def test_budget_below_the_smallest_variant_is_a_config_error() -> None:
         _space(budget_min=1e3, partitioner="iid")
 
 
-def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
+def test_two_round_federation_with_sparse_aggregation(tmp_path, caplog) -> None:
     config = run_config(
         **(
             DIGITS_FEAST
@@ -208,6 +209,14 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path) -> None:
         header
     )
     assert json.loads((tmp_path / "feast" / "summary.json").read_text())["strategy"] == "feast"
+    # the final test announces each variant as it finishes; validations stay silent
+    announced = [r.getMessage() for r in caplog.records if "final test: point" in r.getMessage()]
+    count = len(variants)
+    assert [line.split(" | ")[0] for line in announced] == [
+        f"final test: point {i}/{count}" for i in range(1, count + 1)
+    ]
+    by_macs = sorted(summary["variants"], key=lambda v: v["macs"])
+    assert [line.split(" | ")[2] for line in announced] == [format_row(v) for v in by_macs]
 
 
 def test_accounting_on_a_hand_checkable_population() -> None:

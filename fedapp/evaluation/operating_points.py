@@ -14,13 +14,18 @@ the number of images it was measured on (:mod:`fedapp.evaluation.intervals`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from flwr.common.logger import log
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -30,6 +35,7 @@ from fedapp.evaluation.intervals import (
     HIGH,
     LOW,
     SUMMARY_SUFFIX,
+    format_measured,
     interval_columns,
     row_interval,
     summary_intervals,
@@ -48,6 +54,20 @@ EVAL_BATCH_SIZE = 256
 VARIANTS_FILE = "variants.csv"
 POPULATION_FILE = "population.csv"
 VARIANTS_PLOT_FILE = "accuracy_vs_macs.png"
+
+#: What the points being evaluated are for, while the server announces each as it finishes (the
+#: final test of a large cache takes minutes on a CPU); None: evaluated silently (validation).
+_ANNOUNCED: ContextVar[str | None] = ContextVar("fedapp_announced_points", default=None)
+
+
+@contextmanager
+def announce_points(purpose: str) -> Iterator[None]:
+    """Log every operating point evaluated inside the block as it finishes."""
+    token = _ANNOUNCED.set(purpose)
+    try:
+        yield
+    finally:
+        _ANNOUNCED.reset(token)
 
 
 @dataclass(frozen=True)
@@ -88,8 +108,11 @@ def evaluate_points(
     operating point after its own deterministic BN recalibration."""
     calibration_batches = calibration_loader(calibration, info, batch_size)
     test_batches = eval_loader(data, info, EVAL_BATCH_SIZE)
+    points = list(points)
+    purpose = _ANNOUNCED.get()
     rows = []
-    for point in points:
+    for position, point in enumerate(points, start=1):
+        started = time.perf_counter()
         model = point.build().to(device)
         if point.recalibrate:
             recalibrate_bn(model, (x.to(device) for x, _ in calibration_batches), seed=seed)
@@ -106,6 +129,17 @@ def evaluate_points(
                 "images": len(data.labels),
             }
         )
+        if purpose is not None:
+            log(
+                INFO,
+                "%s: point %d/%d | %.2fM MACs | %s | %.1f s",
+                purpose,
+                position,
+                len(points),
+                point.macs / 1e6,
+                format_measured(result["accuracy"], len(data.labels)),
+                time.perf_counter() - started,
+            )
     return rows
 
 
