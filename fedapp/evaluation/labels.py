@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedapp.data.extras import DATA, needs_extra
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -30,8 +32,9 @@ LEGEND_MAX_CLASSES = 20
 
 def fixed_partitioner(labels: np.ndarray, shards: Sequence[np.ndarray]) -> Any:
     """A flwr-datasets Partitioner whose partition ``i`` is ``labels[shards[i]]``."""
-    import datasets
-    from flwr_datasets.partitioner import Partitioner
+    with needs_extra(DATA, "the run's label distribution"):
+        import datasets
+        from flwr_datasets.partitioner import Partitioner
 
     class FixedPartitioner(Partitioner):
         """Partitions decided elsewhere (fedapp's seeded split), served by their indices."""
@@ -59,7 +62,8 @@ def label_counts(
 ) -> pd.DataFrame:
     """Examples per partition (rows, ``partition``) and class (columns ``0..num_classes-1``),
     every class present even where no client holds it."""
-    from flwr_datasets.metrics import compute_counts
+    with needs_extra(DATA, "the run's label distribution"):
+        from flwr_datasets.metrics import compute_counts
 
     counts = compute_counts(fixed_partitioner(labels, shards), LABEL_COLUMN)
     counts = counts.reindex(columns=range(num_classes), fill_value=0).astype(np.int64)
@@ -73,14 +77,16 @@ def write_label_distribution(
 ) -> pd.DataFrame:
     """``labels.csv`` (counts per partition and class) and ``labels.png`` (a stacked bar per
     partition) in ``run_dir``; returns the counts."""
-    from flwr_datasets.visualization import plot_label_distributions
+    with needs_extra(DATA, "the run's label distribution"):
+        from flwr_datasets.visualization import plot_label_distributions
 
     counts = label_counts(labels, shards, num_classes)
     counts.to_csv(run_dir / LABELS_FILE)
-    import matplotlib
+    with needs_extra(DATA, "the run's label distribution"):
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(min(4 + 0.35 * len(shards), 20), 4.5), dpi=120)
     legend = num_classes <= LEGEND_MAX_CLASSES

@@ -1,7 +1,8 @@
 """The PNG figures of a run (headless: the Agg backend, no display needed).
 
 matplotlib is imported when a figure is drawn (on the server, once per run), not with this module:
-client code reaches it through shared modules, and it costs a device ~0.5 s per ClientApp start.
+client code reaches it through shared modules, it costs a device ~0.5 s per ClientApp start, and
+it comes with the ``data`` extra, which a server installs and a device with its own files need not.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedapp.data.extras import DATA, needs_extra
 from fedapp.evaluation.intervals import format_accuracy, row_interval
 
 #: Percentage points kept below the lowest interval bound (and above the highest).
@@ -20,10 +22,11 @@ AXIS_STEP = 5.0
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    with needs_extra(DATA, "drawing a run's figures"):
+        import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     return plt
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import datasets
 import numpy as np
-from flwr_datasets.partitioner import Partitioner
+
+from fedapp.data.extras import DATA, needs_extra
+
+with needs_extra(DATA, "the partitioner 'budget-dirichlet'"):
+    import datasets
+    from flwr_datasets.partitioner import Partitioner
 
 _MIN_CONCENTRATION = 1e-6  # Dir() needs positive concentrations; tiny shares of rare classes
 

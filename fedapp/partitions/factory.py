@@ -7,7 +7,8 @@ column maps a partition back to indices even when a partitioner reorders the row
 
 ``datasets`` and ``flwr_datasets`` are imported only when a partition is computed: they take about
 1.5 s to import, which every deployment ClientApp process would otherwise pay even when its shard
-is already cached on disk (``fedapp.federated_data``).
+is already cached on disk (``fedapp.federated_data``), and they come with the ``data`` extra,
+which a device training on its own files (``data-path``) does not install.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedapp.data.extras import DATA, needs_extra
 from fedapp.random_streams import Stream, stream_rng, stream_seed32
 
 if TYPE_CHECKING:
@@ -54,7 +56,8 @@ def client_partitions(
             f"{labels.size} examples cannot give {num_partitions} clients at least "
             f"{MIN_PARTITION_SIZE} each; use at most {labels.size // MIN_PARTITION_SIZE} clients"
         )
-    import datasets
+    with needs_extra(DATA, f"the partitioner {name!r}"):
+        import datasets
 
     table = datasets.Dataset.from_dict(
         {"label": labels.astype(np.int64), "position": np.arange(labels.size, dtype=np.int64)}
@@ -102,9 +105,10 @@ def _make_partitioner(
     shards: int,
     shares: np.ndarray | None,
 ) -> Partitioner:
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, ShardPartitioner
+    with needs_extra(DATA, f"the partitioner {name!r}"):
+        from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, ShardPartitioner
 
-    from fedapp.partitions.budget_dirichlet import BudgetDirichletPartitioner
+        from fedapp.partitions.budget_dirichlet import BudgetDirichletPartitioner
 
     if name == "iid":
         return IidPartitioner(num_partitions)
