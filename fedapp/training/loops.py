@@ -68,9 +68,15 @@ def seed_local_work(seed: int, stream: Stream, *parts: int) -> torch.Generator:
 def train_loader(
     arrays: ImageArrays, info: DatasetInfo, batch_size: int, generator: torch.Generator
 ) -> DataLoader:
-    """Shuffled, augmented batches of a client's shard, in an order fixed by the generator."""
+    """Shuffled, augmented batches of a client's shard, in an order fixed by the generator.
+
+    A last batch of one image is left out: batch normalisation cannot train on a single image
+    (a shard one above a multiple of the batch size would stop the round)."""
     dataset = ImageDataset(arrays, train_transform(info))
-    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator)
+    lone_last = len(dataset) > batch_size and len(dataset) % batch_size == 1
+    return DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, generator=generator, drop_last=lone_last
+    )
 
 
 def eval_loader(arrays: ImageArrays, info: DatasetInfo, batch_size: int) -> DataLoader:
