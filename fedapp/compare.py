@@ -592,7 +592,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.report_only and importlib.util.find_spec("ray") is None:
         raise ConfigError(
             "fedapp compare runs Flower's simulation engine (Ray), which this install lacks: "
-            'pip install -e ".[simulation]" (--report-only needs none)'
+            'pip install -e ".[simulation]" (--report-only needs only ".[data]")'
         )
     out_dir = Path(args.out or f"~/fedapp-runs/compare-{comparison.name}").expanduser().resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
