@@ -136,7 +136,9 @@ def test_fedavg_and_ditto_replies_carry_the_compute_proxy() -> None:
     node = local_node({"partition-id": 0, "num-partitions": 4}, cfg)
     torch.manual_seed(0)
     state = {k: v.numpy().copy() for k, v in build_model(cfg.model, info).state_dict().items()}
-    trained = len(node.shard(cfg).labels) * cfg.local_epochs
+    # what one epoch's batches hold (a lone last image is left out)
+    epoch = train_loader(node.shard(cfg), info, cfg.batch_size, torch.Generator())
+    trained = sum(len(labels) for _, labels in epoch) * cfg.local_epochs
     expected = 3 * forward_macs(cfg.model, info) * trained
 
     fedavg_metrics = fedavg.train(_train_message(state, 1), cfg, node)[METRICS]
