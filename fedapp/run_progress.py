@@ -85,6 +85,8 @@ class RunProgress:
         """Read the folder; move the bar, or print the status once ``quiet_seconds`` passed."""
         done = rounds_done(self.run_dir)
         now = time.monotonic()
+        if done < self.start_round:  # a fresh run from round 1 replaced unfinished metrics
+            self.start_round = 0
         if self.bar is not None:
             self.bar.update(done - self.done)
             self.done = done

@@ -47,3 +47,13 @@ def test_a_log_is_not_flooded_between_signs_of_life(tmp_path) -> None:
         progress.update()
     assert out.getvalue() == ""
     assert "round 5/100" in progress.status()
+
+
+def test_a_fresh_run_over_an_unfinished_ones_metrics_restarts_the_estimate(tmp_path) -> None:
+    _finish_rounds(tmp_path, range(1, 8))  # left by an interrupted run without a checkpoint
+    progress = RunProgress(tmp_path, 100, out=io.StringIO(), quiet_seconds=3600.0)
+    (tmp_path / METRICS_FILE).unlink()  # the new run starts its own file
+    _finish_rounds(tmp_path, range(1, 3))
+    progress.update()
+    status = progress.status()
+    assert status.startswith("round 2/100 |") and "left" in status and "-" not in status
