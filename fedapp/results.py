@@ -31,7 +31,7 @@ from fedapp.evaluation.labels import LABELS_FILE
 from fedapp.evaluation.operating_points import POPULATION_FILE, VARIANTS_FILE
 from fedapp.evaluation.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 from fedapp.federated_data import server_set
-from fedapp.strategies.base import COMMUNICATION_FILE
+from fedapp.strategies.base import CLIENT_WORK_FILE, COMMUNICATION_FILE
 from fedapp.strategies.client_held import CLIENTS_FILE
 
 if TYPE_CHECKING:
@@ -49,6 +49,7 @@ class RunResults:
     points: pd.DataFrame | None  # variants.csv: every operating point's test accuracy
     population: pd.DataFrame | None  # population.csv: each client's served and best point
     communication: pd.DataFrame | None  # communication.csv: every accepted client-round
+    client_work: pd.DataFrame | None  # client_work.csv: each client-round's device, time, memory
     clients: pd.DataFrame | None  # clients.csv: client-held models' test accuracies
     labels: pd.DataFrame | None  # labels.csv: examples per client (index) and class (columns)
 
@@ -111,6 +112,7 @@ def load_run(path: str | Path) -> RunResults:
         points=_csv(run_dir / VARIANTS_FILE),
         population=_csv(run_dir / POPULATION_FILE),
         communication=_csv(run_dir / COMMUNICATION_FILE),
+        client_work=_csv(run_dir / CLIENT_WORK_FILE),
         clients=_csv(run_dir / CLIENTS_FILE),
         labels=_csv(run_dir / LABELS_FILE, index_col="partition"),
     )
@@ -162,6 +164,7 @@ def describe(run: RunResults) -> tuple[dict[str, Any], str]:
         "population_accuracy": population,
         "population_accuracy_ci95": _interval(summary, "population_accuracy"),
         "clients": len(run.clients) if run.clients is not None else None,
+        "work_by_device": summary.get("work_by_device", {}),
         "points": points,
     }
     lines = [
@@ -178,6 +181,12 @@ def describe(run: RunResults) -> tuple[dict[str, Any], str]:
         lines.append(
             f"clients      {len(run.clients)} with models of their own, mean test accuracy "
             f"{100 * run.clients['accuracy'].mean():.2f}% (clients.csv)"
+        )
+    for device, work in data["work_by_device"].items():
+        lines.append(
+            f"work         {device}: {work['client_rounds']} client-rounds, "
+            f"{work['seconds_mean']:.1f} s each on average (longest {work['seconds_max']:.1f} s), "
+            f"peak memory {work['peak_rss_mb_max']:,.0f} MB"
         )
     if points:
         lines += ["", f"{'point':>5} {'MACs':>13} {'params':>11}  test accuracy [95 % interval]"]

@@ -151,6 +151,15 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         "wall_seconds": time.perf_counter() - started,
         "timing": timing,
         "nodes": len(nodes.profiles),
+        "node_profiles": [
+            {
+                "partition": p.partition_id,
+                "device": p.device,
+                "budget": p.budget,
+                "examples": p.num_examples,
+            }
+            for p in sorted(nodes.profiles.values(), key=lambda p: p.partition_id)
+        ],
         "run_dir": str(run_dir),
     } | report
     # Every test accuracy with its 95 % interval, from the final figures of whatever method.

@@ -47,6 +47,9 @@ def _config(out: Path, name: str, **extra: Any) -> dict[str, Any]:
 def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in summary.items() if k not in VOLATILE}
     kept["resources"] = {k: v for k, v in summary["resources"].items() if k not in MEASURED}
+    kept["work_by_device"] = {  # the client-rounds metered, by device, survive the checkpoint
+        device: work["client_rounds"] for device, work in summary["work_by_device"].items()
+    }
     return kept
 
 

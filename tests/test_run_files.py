@@ -8,6 +8,7 @@ smallest variant only, to stay cheap, and still serves and tests every operating
 from __future__ import annotations
 
 import json
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,18 @@ def test_load_run_reads_every_file_of_a_real_run(run: tuple[dict[str, Any], Path
     assert loaded.metrics["bytes-up"].tolist() == by_round["bytes_up"].tolist()
     assert min(by_round["bytes_down"]) > 0
     assert loaded.clients is None  # FEAST's models live on the server
+    # each accepted client-round's metered work, by the device its node reported
+    work = loaded.client_work
+    assert work is not None and len(work) == len(loaded.communication)
+    assert work[["round", "partition"]].values.tolist() == (
+        loaded.communication[["round", "partition"]].values.tolist()
+    )
+    device = f"{platform.machine()}/cpu"
+    assert set(work["device"]) == {device} and (work["seconds"] > 0).all()
+    assert summary["work_by_device"][device]["client_rounds"] == len(work)
+    assert summary["work_by_device"][device]["peak_rss_mb_max"] == work["peak_rss_mb"].max()
+    assert [n["partition"] for n in summary["node_profiles"]] == list(range(NODES))
+    assert {n["device"] for n in summary["node_profiles"]} == {device}
     assert loaded.labels is not None and len(loaded.labels) == NODES
 
 
@@ -157,6 +170,8 @@ def test_show_prints_the_summary_and_every_point(
         line = f"{point['index']:>5} {point['macs']:>13,} {point['params']:>11,}  {accuracy}"
         assert line + untrained in lines
     assert {p["trained"] for p in summary["variants"]} == {True, False}  # both kinds of line
+    work = summary["work_by_device"][f"{platform.machine()}/cpu"]
+    assert f"work         {platform.machine()}/cpu: {work['client_rounds']} client-rounds" in text
 
     assert cli.main(["show", str(run_dir), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -123,3 +123,22 @@ def exposure(
         "min_coverage": profiles[0]["coverage"],
         "profiles": profiles,
     }
+
+
+def work_by_device(client_work: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per kind of device (``aarch64/cpu``, ``x86_64/cuda``): client-rounds, mean and largest
+    seconds of local work, largest peak memory. Rows of a checkpoint older than the device
+    column are left out."""
+    by_device: dict[str, list[Mapping[str, Any]]] = {}
+    for row in client_work:
+        if "device" in row:
+            by_device.setdefault(str(row["device"]), []).append(row)
+    return {
+        device: {
+            "client_rounds": len(rows),
+            "seconds_mean": float(np.mean([r["seconds"] for r in rows])),
+            "seconds_max": float(max(r["seconds"] for r in rows)),
+            "peak_rss_mb_max": float(max(r["peak_rss_mb"] for r in rows)),
+        }
+        for device, rows in sorted(by_device.items())
+    }

@@ -25,7 +25,7 @@ from flwr.serverapp.strategy import Strategy
 
 from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
-from fedapp.evaluation.accounting import CommunicationLedger
+from fedapp.evaluation.accounting import CommunicationLedger, work_by_device
 from fedapp.evaluation.intervals import with_interval
 from fedapp.evaluation.operating_points import PointEvaluator
 from fedapp.evaluation.results import write_csv
@@ -45,6 +45,7 @@ from fedapp.messages import (
     SELECTION_KEY,
     SERVER_ROUND,
     TRAIN_SECONDS,
+    WALL_SECONDS,
 )
 from fedapp.methods import strategy_class
 from fedapp.partitions.cohorts import cohort_indices
@@ -63,6 +64,7 @@ from fedapp.training.loops import resolve_device
 
 State = dict[str, np.ndarray]
 COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
+CLIENT_WORK_FILE = "client_work.csv"  # one row per metered client-round: device, seconds, memory
 
 
 @dataclass
@@ -93,8 +95,9 @@ class HeterogeneousStrategy(Strategy):
         self._sent: dict[int, tuple[int, int]] = {}  # node id -> (params, bytes) of its payload
         self._grid: Grid | None = None  # kept for methods whose models live on the clients
         self._left_out: set[int] = set()  # nodes already logged as unable to take part
-        #: Each accepted client-round's metered resources (fedapp.clients.metering).
-        self.resource_use: list[tuple[float, float]] = []  # (cpu percent, peak RSS MB)
+        #: Each accepted client-round's metered work (fedapp.clients.metering) and the device
+        #: that did it, so a mixed federation's slow or memory-bound nodes can be told apart.
+        self.client_work: list[dict[str, Any]] = []
         #: Operating points some accepted client trained directly (keys of ``points_trained``).
         self.trained_points: set[Hashable] = set()
 
@@ -186,9 +189,16 @@ class HeterogeneousStrategy(Strategy):
         params, bytes_down = self._sent[reply.node_id]
         bytes_up = sum(a.nbytes for a in reply.arrays.values())
         self.ledger.add(server_round, profile.partition_id, params, bytes_down, bytes_up)
-        if {CPU_PERCENT, PEAK_RSS_MB} <= set(reply.metrics):
-            self.resource_use.append(
-                (float(reply.metrics[CPU_PERCENT]), float(reply.metrics[PEAK_RSS_MB]))
+        if {CPU_PERCENT, PEAK_RSS_MB, WALL_SECONDS} <= set(reply.metrics):
+            self.client_work.append(
+                {
+                    "round": server_round,
+                    "partition": profile.partition_id,
+                    "device": profile.device,
+                    "seconds": float(reply.metrics[WALL_SECONDS]),
+                    "cpu_percent": float(reply.metrics[CPU_PERCENT]),
+                    "peak_rss_mb": float(reply.metrics[PEAK_RSS_MB]),
+                }
             )
         if COMPUTE_METRIC in reply.metrics:
             self.compute_proxy[profile.partition_id] = self.compute_proxy.get(
@@ -203,7 +213,7 @@ class HeterogeneousStrategy(Strategy):
             "ledger_full_params": self.ledger.full_params,
             "ledger_rows": [dict(row) for row in self.ledger.client_rounds],
             "compute_proxy": dict(self.compute_proxy),
-            "resource_use": [list(use) for use in self.resource_use],
+            "client_work": [dict(row) for row in self.client_work],
             "trained_points": sorted(self.trained_points),
         }
 
@@ -214,7 +224,10 @@ class HeterogeneousStrategy(Strategy):
             client_rounds=[dict(row) for row in accounts["ledger_rows"]],
         )
         self.compute_proxy = {int(k): float(v) for k, v in accounts["compute_proxy"].items()}
-        self.resource_use = [(float(cpu), float(rss)) for cpu, rss in accounts["resource_use"]]
+        self.client_work = [dict(row) for row in accounts.get("client_work", [])] or [
+            {"cpu_percent": cpu, "peak_rss_mb": rss}  # a checkpoint from before client_work.csv
+            for cpu, rss in accounts.get("resource_use", [])
+        ]
         self.trained_points = set(accounts["trained_points"])
 
     def accounting_summary(
@@ -223,7 +236,10 @@ class HeterogeneousStrategy(Strategy):
         """Communication and compute of the run so far, for summary.json (and its CSV)."""
         if self.ledger.client_rounds:
             write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
-        use = np.array(self.resource_use).reshape(-1, 2)
+        if self.client_work:
+            write_csv(run_dir / CLIENT_WORK_FILE, self.client_work)
+        use = np.array([[r["cpu_percent"], r["peak_rss_mb"]] for r in self.client_work])
+        use = use.reshape(-1, 2)
         comm = self.ledger.summary(params_by_client)
         clients = max(len({row["partition"] for row in self.ledger.client_rounds}), 1)
         traffic_mb = (comm.get("bytes_down_total", 0.0) + comm.get("bytes_up_total", 0.0)) / 2**20
@@ -236,6 +252,7 @@ class HeterogeneousStrategy(Strategy):
                 "comm_mb_per_client": traffic_mb / clients,
                 "comm_mb_total": traffic_mb,
             },
+            "work_by_device": work_by_device(self.client_work),
             "comm": comm,
             "compute_proxy_total_macs": float(sum(self.compute_proxy.values())),
             "compute_proxy_by_client": {str(k): v for k, v in sorted(self.compute_proxy.items())},
