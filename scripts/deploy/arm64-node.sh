@@ -91,10 +91,9 @@ build_root() {
     say "root built in $((SECONDS - start)) s"
 }
 
-# The source a pip install needs, as git sees the working tree (tracked and new, not ignored).
-source_digest() {
-    (cd "${repo}" && git ls-files -co --exclude-standard -- pyproject.toml README.md fedapp conf \
-        | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-16)
+# What fedapp's source is, as git sees the working tree (tracked and new, not ignored).
+source_files() {
+    (cd "${repo}" && git ls-files -co --exclude-standard -- pyproject.toml README.md fedapp conf)
 }
 
 # Run a command inside the root: its own mount namespace (proc and /dev/shm vanish with it), the
@@ -134,18 +133,25 @@ make_cgroup() {
     echo "${group}"
 }
 
+# The venv is an editable install: a changed source is copied in; only a changed pyproject.toml
+# or FEDAPP_ARM64_EXTRAS installs again.
 install_app() {
-    local digest stamp start
-    digest="$(source_digest) ${extras}"
+    local wanted stamp start
+    wanted="$(sha256sum "${repo}/pyproject.toml" | cut -c1-16) ${extras}"
     stamp="${root}${app}/.installed"
-    if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${digest}" ]]; then
+    rm -rf "${root}${app}.source"
+    mkdir -p "${root}${app}.source"
+    source_files | (cd "${repo}" && tar -cf - -T -) | tar -xf - -C "${root}${app}.source"
+    if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${wanted}" ]]; then
+        rm -rf "${root}${app}/fedapp" "${root}${app}/conf"
+        cp -r "${root}${app}.source/." "${root}${app}/"
+        rm -rf "${root}${app}.source"
         return 0
     fi
+    [[ -f "${stamp}" ]] && say "the root's install ($(cut -d' ' -f2 "${stamp}")) is not the one wanted (${extras}, this pyproject.toml)"
     say "installing fedapp[${extras}] into ${root}${app} (pip under qemu-user: minutes)"
     rm -rf "${root}${app}"
-    mkdir -p "${root}${app}"
-    (cd "${repo}" && git ls-files -co --exclude-standard -- pyproject.toml README.md fedapp conf \
-        | tar -cf - -T -) | tar -xf - -C "${root}${app}"
+    mv "${root}${app}.source" "${root}${app}"
     cp /etc/ssl/certs/ca-certificates.crt "${root}/etc/ssl/certs/ca-certificates.crt"
     start=${SECONDS}
     (FEDAPP_ARM64_MEMORY=none in_root /bin/sh -c "cd ${app} && python3 -m venv .venv \
@@ -157,7 +163,7 @@ install_app() {
         echo "cuda_packages $(FEDAPP_ARM64_MEMORY=none in_root pip list --format=freeze \
             | grep -ciE '^(nvidia|cuda|triton)' || true)"
     } >"${root}${app}/install-figures"
-    echo "${digest}" >"${stamp}"
+    echo "${wanted}" >"${stamp}"
     say "installed in $((SECONDS - start)) s: $(tr '\n' ' ' <"${root}${app}/install-figures")"
 }
 
