@@ -97,21 +97,37 @@ source_files() {
 }
 
 # Run a command inside the root: its own mount namespace (proc and /dev/shm vanish with it), the
-# root's own /sys, the memory cap, and a clean environment.
+# root's own /sys, the memory cap (a cgroup removed again when the command ends), and a clean
+# environment.
 in_root() {
-    local cgroup=""
+    local cgroup="" status=0
     [[ -d "${root}" ]] || die "no root at ${root}: run '$0 build' first"
     if [[ "${memory}" != none ]]; then
         cgroup=$(make_cgroup)
         echo "${BASHPID}" >"${cgroup}/cgroup.procs"
+        trap 'leave_cgroup "${cgroup}"' EXIT
+        trap 'exit 130' INT TERM
     fi
-    exec unshare --mount --propagation private /bin/sh -c '
+    unshare --mount --propagation private /bin/sh -c '
         root=$1; shift
         mount -t proc proc "$root/proc"
         mount -t tmpfs -o size=512m tmpfs "$root/dev/shm"
         exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
             PATH=/opt/fedapp/.venv/bin:/usr/local/bin:/usr/bin:/bin "$@"' \
-        in-root "${root}" "$@"
+        in-root "${root}" "$@" || status=$?
+    return "${status}"
+}
+
+# Move this shell back to the parent cgroup, stop what is left in the node's, and remove it.
+leave_cgroup() {
+    local group=$1
+    [[ -d "${group}" ]] || return 0
+    echo "${BASHPID}" >"$(dirname "${group}")/cgroup.procs"
+    xargs -r kill -9 <"${group}/cgroup.procs" 2>/dev/null || true
+    for _ in 1 2 3 4 5; do
+        rmdir "${group}" 2>/dev/null && return 0
+        sleep 0.2
+    done
 }
 
 # A memory cgroup for one `node` or `run` (named by this shell's PID); prints its folder.
