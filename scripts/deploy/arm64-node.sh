@@ -105,7 +105,7 @@ in_root() {
     if [[ "${memory}" != none ]]; then
         cgroup=$(make_cgroup)
         echo "${BASHPID}" >"${cgroup}/cgroup.procs"
-        trap 'leave_cgroup "${cgroup}"' EXIT
+        trap "leave_cgroup '${cgroup}'" EXIT
         trap 'exit 130' INT TERM
     fi
     unshare --mount --propagation private /bin/sh -c '
