@@ -58,7 +58,7 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() {
-    python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python -c 'from fedapp.launcher import free_port; print(free_port())'
 }
 
 # start NAME CMD...: in its own session (its PID is its group), output to WORK/NAME.log
