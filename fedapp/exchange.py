@@ -8,18 +8,22 @@ since a round's replies come close together), and stops waiting for a node as so
 the SuperLink says it is gone: an error reply (``NODE_UNAVAILABLE`` once its heartbeats lapse), or
 the node missing from ``grid.get_node_ids()`` (which lists online nodes only). The replies it
 returns all come from the nodes themselves; one the SuperLink sent for a departed node is logged.
+``PromptGrid`` gives a grid this ``send_and_receive``, for Flower's ``Strategy.start``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from logging import WARNING
+from typing import Any
 
-from flwr.app import Message
+from flwr.app import Message, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.common.logger import log
 from flwr.serverapp import Grid
+from flwr.supercore.run import Run
 
 FIRST_POLL = 0.05  # seconds before the first pull; replies on a LAN come within ~0.1 s of ready
 #: The longest wait between pulls, at most this much is added to a round: with 0.5 s the
@@ -84,3 +88,46 @@ def _forget_departed(grid: Grid, pending: dict[str, int]) -> None:
         if node_id not in online:
             log(WARNING, "node %s left the federation; not waiting for its reply", node_id)
             del pending[message_id]
+
+
+class PromptGrid(Grid):
+    """A grid whose ``send_and_receive`` is :func:`exchange` (no fixed wait, departed nodes not
+    awaited), pushing the first ``lead`` messages ahead; everything else is the wrapped grid's."""
+
+    def __init__(self, grid: Grid, lead: int = 0) -> None:
+        self.grid = grid
+        self.lead = lead
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> list[Message]:
+        return exchange(self.grid, messages, math.inf if timeout is None else timeout, self.lead)
+
+    def set_run(self, run: Run) -> None:
+        self.grid.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.grid.run
+
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self.grid.get_node_ids()
+
+    def get_nodes(self) -> Iterable[Any]:
+        return self.grid.get_nodes()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return self.grid.pull_messages(message_ids)

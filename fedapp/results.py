@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fedapp.config import parse_saved_run_config
 from fedapp.data.extras import DATA, needs_extra
+from fedapp.evaluation.accounting import CLIENT_WORK_FILE, COMMUNICATION_FILE
 from fedapp.evaluation.intervals import (
     HIGH,
     LOW,
@@ -31,7 +32,6 @@ from fedapp.evaluation.labels import LABELS_FILE
 from fedapp.evaluation.operating_points import POPULATION_FILE, VARIANTS_FILE
 from fedapp.evaluation.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 from fedapp.federated_data import server_set
-from fedapp.strategies.base import CLIENT_WORK_FILE, COMMUNICATION_FILE
 from fedapp.strategies.client_held import CLIENTS_FILE
 
 if TYPE_CHECKING:

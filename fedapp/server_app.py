@@ -1,4 +1,5 @@
-"""ServerApp: config -> node handshake -> rounds -> final evaluation -> result files."""
+"""ServerApp: config -> node handshake -> ``Strategy.start``'s rounds -> final evaluation ->
+result files."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context
+from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
@@ -20,7 +21,7 @@ from fedapp.config import (
     describe_differences,
     parse_run_config,
 )
-from fedapp.data.registry import DatasetUnavailableError
+from fedapp.data.registry import DatasetUnavailableError, ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, summary_intervals
 from fedapp.evaluation.labels import LABELS_FILE, write_label_distribution
 from fedapp.evaluation.operating_points import announce_points
@@ -35,18 +36,20 @@ from fedapp.evaluation.results import (
     RunRecorder,
 )
 from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
-from fedapp.exchange import exchange
+from fedapp.exchange import PromptGrid
 from fedapp.federated_data import data_facts, population, server_set
-from fedapp.messages import DATA_FACTS, SELECTION_KEY, TRAIN_LOSS
+from fedapp.messages import SELECTION_KEY, TRAIN_LOSS
 from fedapp.profiles import NodeRegistry
+from fedapp.records import from_record, to_record
 from fedapp.strategies.base import HeterogeneousStrategy, State, build_strategy
 
-#: A round's heaviest clients, pushed ahead of the rest so they start first: a round cannot end
-#: before its heaviest client, and Flower's simulation engine would otherwise start clients in
-#: node order, and an actor idled while the other finished a client that had started last
-#: (the quickstart's time above its clients' training fell from 28.5 s to 12.5 s with this).
-#: Two: wherever a round is worth shortening, its clients run on at least two actors or devices.
-#: The order changes no result: replies are aggregated in partition order.
+#: A round's heaviest clients (strategies send them first), pushed ahead of the rest so they
+#: start first: a round cannot end before its heaviest client, and Flower's simulation engine
+#: would otherwise start clients in node order, and an actor idled while the other finished a
+#: client that had started last (the quickstart's time above its clients' training fell from
+#: 28.5 s to 12.5 s with this). Two: wherever a round is worth shortening, its clients run on at
+#: least two actors or devices. The order changes no result: replies are aggregated in
+#: partition order.
 LEADING_CLIENTS = 2
 
 app = ServerApp()
@@ -106,33 +109,18 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         cfg.num_server_rounds,
         run_dir,
     )
-    strategy.summary()
-
     setup_seconds = time.perf_counter() - started + earlier["setup"]
     started -= earlier["elapsed"]  # a resumed run's clock includes the rounds before the crash
-    for server_round in range(first_round, cfg.num_server_rounds + 1):
-        round_start = time.perf_counter()
-        state, row = _train_round(grid, strategy, server_round, state, facts)
-        if server_round % cfg.eval_every == 0 or server_round == cfg.num_server_rounds:
-            evaluation_start = time.perf_counter()
-            row |= strategy.validation_metrics(state, validation)
-            row["seconds-evaluate"] = time.perf_counter() - evaluation_start
-            if row[SELECTION_KEY] > best[SELECTION_KEY]:
-                best = {"round": server_round, SELECTION_KEY: row[SELECTION_KEY]}
-                recorder.save_state(BEST_MODEL_FILE, state)
-        row["seconds"] = time.perf_counter() - round_start
-        recorder.log_round(row)
-        recorder.save_checkpoint(
-            server_round,
-            state,
-            {
-                "best": best,
-                "accounts": json.dumps(strategy.accounts(), default=_plain),
-                "elapsed": time.perf_counter() - started,
-                "setup": setup_seconds,
-            },
-        )
-        _log_progress(cfg, row)
+    round_end = RoundEnd(cfg, strategy, recorder, validation, state, best, started, setup_seconds)
+    strategy.rounds_done = first_round - 1
+    strategy.start(
+        grid=PromptGrid(grid, lead=LEADING_CLIENTS),
+        initial_arrays=to_record(state),
+        num_rounds=cfg.num_server_rounds - strategy.rounds_done,
+        timeout=cfg.round_timeout,
+        evaluate_fn=round_end,
+    )
+    state, best = round_end.state, round_end.best
 
     recorder.save_state(FINAL_MODEL_FILE, state)
     best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
@@ -140,6 +128,7 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     test = server_set(cfg, "test")
     with announce_points("final test"):
         report = strategy.test_summary(best_state, test, run_dir)
+    report |= strategy.accounting.summary(run_dir, strategy.params_by_client(best_state))
     timing = _timing(recorder.rows, setup_seconds, time.perf_counter() - final_start)
     summary = {
         "strategy": cfg.strategy,
@@ -258,38 +247,82 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in a checkpoint")
 
 
-def _train_round(
-    grid: Grid,
-    strategy: HeterogeneousStrategy,
-    server_round: int,
-    state: State,
-    facts: dict[str, Any],
-) -> tuple[State, dict[str, Any]]:
-    """Send the round's messages (with the data-set facts), aggregate the replies, describe what
-    happened."""
-    phase_start = time.perf_counter()
-    messages = strategy.configure_round(server_round, state, grid)
-    for message in messages:
-        message.content[DATA_FACTS] = ConfigRecord(facts)
-    messages.sort(key=lambda m: -strategy.expected_work(m.metadata.dst_node_id))
-    replies = exchange(grid, messages, strategy.cfg.round_timeout, lead=LEADING_CLIENTS)
-    aggregate_start = time.perf_counter()
-    new_state, metrics = strategy.aggregate_round(server_round, replies)
+class RoundEnd:
+    """What the run does after each of ``Strategy.start``'s rounds (its ``evaluate_fn``): the
+    round's row of metrics.jsonl, validation on the run's cadence (keeping the best state), the
+    checkpoint a resumed run continues from, and the progress line."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        strategy: HeterogeneousStrategy,
+        recorder: RunRecorder,
+        validation: ImageArrays,
+        state: State,
+        best: dict[str, Any],
+        started: float,
+        setup_seconds: float,
+    ) -> None:
+        self.cfg = cfg
+        self.strategy = strategy
+        self.recorder = recorder
+        self.validation = validation
+        self.state = state  # the global state after the last finished round
+        self.best = best  # the round with the best validation selection metric so far
+        self.started = started
+        self.setup_seconds = setup_seconds
+
+    def __call__(self, start_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        """Round ``start_round`` of this start has ended (0: before the first, nothing to do)."""
+        if start_round == 0:
+            return None
+        server_round = start_round + self.strategy.rounds_done
+        self.state = from_record(arrays)
+        row = _round_row(self.strategy, server_round)
+        validation: dict[str, float] = {}
+        if server_round % self.cfg.eval_every == 0 or server_round == self.cfg.num_server_rounds:
+            evaluation_start = time.perf_counter()
+            validation = self.strategy.validation_metrics(self.state, self.validation)
+            row |= validation
+            row["seconds-evaluate"] = time.perf_counter() - evaluation_start
+            if row[SELECTION_KEY] > self.best[SELECTION_KEY]:
+                self.best = {"round": server_round, SELECTION_KEY: row[SELECTION_KEY]}
+                self.recorder.save_state(BEST_MODEL_FILE, self.state)
+        row["seconds"] = time.perf_counter() - self.strategy.report.started
+        self.recorder.log_round(row)
+        self.recorder.save_checkpoint(
+            server_round,
+            self.state,
+            {
+                "best": self.best,
+                "accounts": json.dumps(self.strategy.accounts(), default=_plain),
+                "elapsed": time.perf_counter() - self.started,
+                "setup": self.setup_seconds,
+            },
+        )
+        _log_progress(self.cfg, row)
+        return MetricRecord(validation) if validation else None
+
+
+def _round_row(strategy: HeterogeneousStrategy, server_round: int) -> dict[str, Any]:
+    """What happened in a training round: its clients, its phases' seconds, its traffic and
+    the clients' example-weighted metrics."""
     report = strategy.report
     row: dict[str, Any] = {
         "round": server_round,
         "clients-sampled": report.sampled,
         "clients-accepted": report.accepted,
         "clients-dropped": len(report.dropped),
-        "seconds-train-phase": aggregate_start - phase_start,
-        "seconds-aggregate": time.perf_counter() - aggregate_start,
+        "seconds-train-phase": report.aggregate_started - report.started,
+        "seconds-aggregate": report.aggregate_ended - report.aggregate_started,
         "seconds-client-training-sum": report.client_seconds,
         "seconds-client-training-max": report.client_seconds_max,
     }
-    row["bytes-down"], row["bytes-up"] = strategy.ledger.round_bytes(server_round)
+    row["bytes-down"], row["bytes-up"] = strategy.accounting.ledger.round_bytes(server_round)
+    metrics = strategy.round_metrics
     if metrics is not None:
         row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-    return (new_state if new_state is not None else state), row
+    return row
 
 
 def _timing(rows: list[dict[str, Any]], setup: float, final: float) -> dict[str, float]:

@@ -219,7 +219,8 @@ def test_two_round_federation_on_digits(tmp_path) -> None:
         untouched = np.abs(initial[name]) < smallest
         np.testing.assert_array_equal(new[name][untouched], initial[name][untouched])
     budgets = {p.partition_id: p.budget for p in nodes.profiles.values()}
-    for row in strategy.ledger.client_rounds:  # the ledger counts kept values, not dense zeros
+    # the ledger counts kept values, not dense zeros
+    for row in strategy.accounting.ledger.client_rounds:
         affords_all = budgets[row["partition"]] >= family.full_macs
         assert (row["params"] == strategy.full_params) == affords_all
         assert row["params"] <= strategy.full_params

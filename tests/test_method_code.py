@@ -1,6 +1,6 @@
 """Source checks over the two halves of every method, for mistakes no run shows: a message or
 metric name spelled out where fedapp.messages names it (the halves agree by construction only
-while both read the one constant), and a final report that adds the run's accounting twice."""
+while both read the one constant), and a method that adds the run's accounting itself."""
 
 from __future__ import annotations
 
@@ -78,37 +78,28 @@ def test_every_exception_still_names_a_literal_that_is_there() -> None:
     assert set(OTHER_MEANINGS) <= present
 
 
-def _calls(function: ast.FunctionDef, owner: str, method: str) -> bool:
-    """Whether ``function`` calls ``<owner>.<method>(...)`` (owner ``super()`` or a name)."""
-    for node in ast.walk(function):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            target = node.func.value
-            spelled = (
-                "super()"
-                if isinstance(target, ast.Call) and getattr(target.func, "id", "") == "super"
-                else getattr(target, "id", "")
-            )
-            if spelled == owner and node.func.attr == method:
-                return True
-    return False
-
-
-def test_a_final_report_built_on_its_parents_adds_no_accounting_of_its_own() -> None:
-    """Every test_summary carries the accounting (and writes communication.csv): one that
-    extends its parent's already has it, and adding it again writes the file twice."""
-    reports = [
-        (module, node)
-        for module, tree in _modules("strategies")
+def _accounts_summaries(tree: ast.Module) -> list[int]:
+    """Lines that call ``<something>.accounting.summary(...)``."""
+    return [
+        node.lineno
         for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef) and node.name == "test_summary"
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "summary"
+        and isinstance(node.func.value, ast.Attribute)
+        and node.func.value.attr == "accounting"
     ]
-    assert any(
-        module == "strategies/base.py" and _calls(node, "self", "accounting_summary")
-        for module, node in reports
-    )
-    doubled = [
-        f"{module}:{node.lineno}"
-        for module, node in reports
-        if _calls(node, "super()", "test_summary") and _calls(node, "self", "accounting_summary")
+
+
+def test_the_run_adds_the_accounting_once_and_no_method_adds_it_itself() -> None:
+    """summary.json's accounting (and communication.csv) comes from the ServerApp, once per
+    run: a method that added it too would write the file twice."""
+    by_module = {module: _accounts_summaries(tree) for module, tree in _modules(*NAME_USERS)}
+    assert len(by_module["server_app.py"]) == 1
+    in_methods = [
+        f"{module}:{line}"
+        for module, lines in by_module.items()
+        if module != "server_app.py"
+        for line in lines
     ]
-    assert not doubled, f"test_summary adds the accounting its parent added: {doubled}"
+    assert not in_methods, f"a method adds the run's accounting itself: {in_methods}"

@@ -125,9 +125,9 @@ def test_the_points_trained_before_a_crash_stay_marked_trained(tmp_path) -> None
     """summary.json's ``trained`` flag of an operating point counts the rounds before a crash."""
     cfg = parse_run_config(run_config(**DIGITS_FEAST | {"out_dir": str(tmp_path)}))
     before = build_strategy(cfg, NodeRegistry())
-    before.trained_points.update({0, 3, 7})
+    before.accounting.trained_points.update({0, 3, 7})
     stored = json.loads(json.dumps(before.accounts()))  # as the checkpoint keeps it
 
     after = build_strategy(cfg, NodeRegistry())
     after.restore_accounts(stored)
-    assert after.trained_points == {0, 3, 7}
+    assert after.accounting.trained_points == {0, 3, 7}

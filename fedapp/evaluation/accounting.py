@@ -10,13 +10,19 @@ position routed by R of N clients is covered in a round with m sampled clients w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedapp.evaluation.results import write_csv
+from fedapp.messages import COMPUTE_METRIC, CPU_PERCENT, PEAK_RSS_MB, WALL_SECONDS
 from fedapp.models.slicing import is_averaged, leading_slice
+
+COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
+CLIENT_WORK_FILE = "client_work.csv"  # one row per metered client-round: device, seconds, memory
 
 
 def coverage_probability(population: int, cohort: int, routed_by: int) -> float:
@@ -142,3 +148,104 @@ def work_by_device(client_work: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
         }
         for device, rows in sorted(by_device.items())
     }
+
+
+@dataclass
+class RunAccounts:
+    """What a run's accepted client-rounds add up to, kept apart from any method: traffic (the
+    ledger), compute each partition reported, each client-round's metered work and the device
+    that did it, and the operating points some client trained directly. One instance per run,
+    recorded once per accepted reply and checkpointed, so a resumed run reports the whole run."""
+
+    ledger: CommunicationLedger = field(default_factory=lambda: CommunicationLedger(0))
+    compute_proxy: dict[int, float] = field(default_factory=dict)
+    client_work: list[dict[str, Any]] = field(default_factory=list)
+    trained_points: set[Hashable] = field(default_factory=set)
+
+    def record(
+        self,
+        server_round: int,
+        partition: int,
+        device: str,
+        sent: tuple[int, int],
+        bytes_up: int,
+        metrics: Mapping[str, Any],
+    ) -> None:
+        """One accepted client-round: ``sent`` is (parameters, bytes) of its payload."""
+        self.ledger.add(server_round, partition, sent[0], sent[1], bytes_up)
+        if {CPU_PERCENT, PEAK_RSS_MB, WALL_SECONDS} <= set(metrics):
+            self.client_work.append(
+                {
+                    "round": server_round,
+                    "partition": partition,
+                    "device": device,
+                    "seconds": float(metrics[WALL_SECONDS]),
+                    "cpu_percent": float(metrics[CPU_PERCENT]),
+                    "peak_rss_mb": float(metrics[PEAK_RSS_MB]),
+                }
+            )
+        if COMPUTE_METRIC in metrics:
+            self.compute_proxy[partition] = self.compute_proxy.get(partition, 0.0) + float(
+                metrics[COMPUTE_METRIC]
+            )
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        """The accounts as JSON-ready values."""
+        return {
+            "ledger_full_params": self.ledger.full_params,
+            "ledger_rows": [dict(row) for row in self.ledger.client_rounds],
+            "compute_proxy": dict(self.compute_proxy),
+            "client_work": [dict(row) for row in self.client_work],
+            "trained_points": sorted(self.trained_points),
+        }
+
+    @classmethod
+    def from_checkpoint(cls, stored: Mapping[str, Any]) -> RunAccounts:
+        """Accounts of :meth:`to_checkpoint`; a checkpoint from before client_work.csv kept only
+        (cpu, memory) pairs, which become rows without a device."""
+        return cls(
+            ledger=CommunicationLedger(
+                full_params=int(stored["ledger_full_params"]),
+                client_rounds=[dict(row) for row in stored["ledger_rows"]],
+            ),
+            compute_proxy={int(k): float(v) for k, v in stored["compute_proxy"].items()},
+            client_work=[dict(row) for row in stored.get("client_work", [])]
+            or [
+                {"cpu_percent": cpu, "peak_rss_mb": rss}
+                for cpu, rss in stored.get("resource_use", [])
+            ],
+            trained_points=set(stored["trained_points"]),
+        )
+
+    def summary(
+        self, run_dir: Path, params_by_client: Mapping[int, int] | None = None
+    ) -> dict[str, Any]:
+        """Communication and compute of the run, for summary.json; writes communication.csv and
+        client_work.csv beside it."""
+        if self.ledger.client_rounds:
+            write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
+        if self.client_work:
+            write_csv(run_dir / CLIENT_WORK_FILE, self.client_work)
+        use = np.array([[r["cpu_percent"], r["peak_rss_mb"]] for r in self.client_work])
+        use = use.reshape(-1, 2)
+        comm = self.ledger.summary(params_by_client)
+        clients = max(len({row["partition"] for row in self.ledger.client_rounds}), 1)
+        traffic_mb = (comm.get("bytes_down_total", 0.0) + comm.get("bytes_up_total", 0.0)) / 2**20
+        return {
+            "resources": {
+                "cpu_percent_mean": float(use[:, 0].mean()) if len(use) else None,
+                "peak_rss_mb_mean": float(use[:, 1].mean()) if len(use) else None,
+                "peak_rss_mb_max": float(use[:, 1].max()) if len(use) else None,
+                "metered_client_rounds": len(use),
+                "comm_mb_per_client": traffic_mb / clients,
+                "comm_mb_total": traffic_mb,
+            },
+            "work_by_device": work_by_device(self.client_work),
+            "comm": comm,
+            "compute_proxy_total_macs": self.compute_total(),
+            "compute_proxy_by_client": {str(k): v for k, v in sorted(self.compute_proxy.items())},
+        }
+
+    def compute_total(self) -> float:
+        """Training compute (MACs) all partitions reported."""
+        return float(sum(self.compute_proxy.values()))

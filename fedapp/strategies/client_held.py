@@ -66,4 +66,4 @@ class ClientHeldStrategy(HeterogeneousStrategy):
             "test_examples": int(rows[0][NUM_EXAMPLES]),
             "test_clients": len(rows),
             "clients": rows,
-        } | self.accounting_summary(run_dir)
+        }

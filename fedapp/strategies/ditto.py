@@ -38,8 +38,7 @@ class DittoStrategy(FedAvgStrategy):
         return metrics
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
-        """The personal models' mean as the test accuracy, the global model's beside it; the
-        accounting is FedAvg's summary's (added there once)."""
+        """The personal models' mean as the test accuracy, the global model's beside it."""
         global_result = super().test_summary(state, data, run_dir)
         personal, rows = self.client_mean("test")
         if rows:

@@ -60,6 +60,13 @@ class FeastStrategy(CachedSupernetStrategy):
         return accumulator.result()
 
     # ---- evaluation ---------------------------------------------------------------------------
+    def params_by_client(self, state: State) -> dict[int, int]:
+        """A client's routed slice (the whole supernet without routing)."""
+        return {
+            pid: (r.params if self.cfg.routing else self.space.full_params)
+            for pid, r in self.eligible_routes().items()
+        }
+
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         routes = self.eligible_routes()
         passes = [
@@ -68,24 +75,16 @@ class FeastStrategy(CachedSupernetStrategy):
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())
         routed_shapes = [r.shapes if self.cfg.routing else global_shapes for r in routes.values()]
-        params_by_client = {
-            pid: (r.params if self.cfg.routing else self.space.full_params)
-            for pid, r in routes.items()
+        summary = self.served_report(state, data, run_dir) | {
+            "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},
+            "exposure": exposure(global_shapes, routed_shapes, self.cfg.cohort_size),
         }
-        summary = (
-            self.served_report(state, data, run_dir)
-            | self.accounting_summary(run_dir, params_by_client)
-            | {
-                "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},
-                "exposure": exposure(global_shapes, routed_shapes, self.cfg.cohort_size),
-            }
-        )
-        self.log_report(summary)
+        self.log_report(summary, self.communication(state))
         log(
             INFO,
             "training compute proxy: %.3f TMACs; clients by passes %s; exposure R_min %d "
             "(coverage %.4f per round)",
-            summary["compute_proxy_total_macs"] / 1e12,
+            self.accounting.compute_total() / 1e12,
             summary["clients_by_passes"],
             summary["exposure"]["r_min"],
             summary["exposure"]["min_coverage"],

@@ -239,6 +239,11 @@ class FedDFStrategy(HeterogeneousStrategy):
         metrics[SELECTION_KEY] = self._population_mean(rows, ACCURACY)
         return metrics
 
+    def params_by_client(self, state: State) -> dict[int, int]:
+        """The parameters of a client's prototype."""
+        params = [float_elements(prototype_state(state, c.name)) for c in self.served]
+        return {pid: params[index] for pid, index in self._served_index().items()}
+
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self._prototype_rows(state, data)
         served = self._served_index()
@@ -248,13 +253,10 @@ class FedDFStrategy(HeterogeneousStrategy):
             rows,
             served=served,
             budgets={p.partition_id: p.budget for p in self.nodes.profiles.values()},
-            trained=self.trained_points,
+            trained=self.accounting.trained_points,
         )
         if self.distillations:
             write_csv(run_dir / DISTILLATION_FILE, self.distillations)
-        params = {
-            i: float_elements(prototype_state(state, c.name)) for i, c in enumerate(self.served)
-        }
         summary = report | {
             "test_accuracy": report["population_accuracy"],
             "test_loss": self._population_mean(rows, LOSS),
@@ -267,9 +269,6 @@ class FedDFStrategy(HeterogeneousStrategy):
             ],
             "distillation": self.distillations,
         }
-        summary |= self.accounting_summary(
-            run_dir, {pid: params[index] for pid, index in served.items()}
-        )
         log(
             INFO,
             "FedDF: population accuracy %s; per prototype %s",

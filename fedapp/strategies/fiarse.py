@@ -184,7 +184,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         return {
             index
             for index, fraction in enumerate(self.grid_fractions(state))
-            if any(math.isclose(fraction, f, rel_tol=1e-9) for f in self.trained_points)
+            if any(math.isclose(fraction, f, rel_tol=1e-9) for f in self.accounting.trained_points)
         }
 
     def _masked_model(self, state: State, thresholds: Thresholds) -> torch.nn.Module:
@@ -201,6 +201,14 @@ class FiarseStrategy(HeterogeneousStrategy):
         picked = sorted({round(x) for x in np.linspace(0, len(points) - 1, VALIDATED_POINTS)})
         rows = self.points.rows([points[i] for i in picked], data)
         return points_validation(rows, lambda r: f"val-acc-p{r['index']}")
+
+    def params_by_client(self, state: State) -> dict[int, int]:
+        """The values a client's masked model keeps of ``state``."""
+        family = self.family(state)
+        return {
+            p.partition_id: self.sent_params(family, family.mask_for_budget(p.budget))
+            for p in self.nodes.profiles.values()
+        }
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         points = self.grid(state)
@@ -230,20 +238,15 @@ class FiarseStrategy(HeterogeneousStrategy):
             budgets={p.partition_id: p.budget for p in profiles},
             trained=self.trained_grid_points(state),
         )
-        params_by_client = {
-            p.partition_id: self.sent_params(family, family.mask_for_budget(p.budget))
-            for p in profiles
+        summary = report | {
+            "fiarse_budget": self.cfg.fiarse_budget,
+            "fiarse_topk": self.cfg.fiarse_topk,
         }
-        summary = (
-            report
-            | self.accounting_summary(run_dir, params_by_client)
-            | {"fiarse_budget": self.cfg.fiarse_budget, "fiarse_topk": self.cfg.fiarse_topk}
-        )
-        log_points(summary)
+        log_points(summary, self.communication(state))
         return summary
 
 
-def log_points(summary: dict[str, Any]) -> None:
+def log_points(summary: dict[str, Any], comm: dict[str, float]) -> None:
     """The grid and the population accuracy on the console."""
     log(
         INFO,
@@ -269,5 +272,5 @@ def log_points(summary: dict[str, Any]) -> None:
         INFO,
         "population accuracy (largest affordable point): %s; %.3fM params per client-round",
         format_accuracy(summary["population_accuracy"], summary["population_accuracy_ci95"]),
-        summary["comm"].get("mean_params_per_client_round", 0.0) / 1e6,
+        comm.get("mean_params_per_client_round", 0.0) / 1e6,
     )

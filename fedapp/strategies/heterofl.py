@@ -111,7 +111,8 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             for rate in WIDTHS
         }
         return [
-            (row["partition"], width_of_params[row["params"]]) for row in self.ledger.client_rounds
+            (row["partition"], width_of_params[row["params"]])
+            for row in self.accounting.ledger.client_rounds
         ]
 
     # ---- one round ------------------------------------------------------------------------------
@@ -185,8 +186,8 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         }
         # Served: the widest affordable width; a node that affords none gets the narrowest
         # width some client trained (FEAST §6's minimum-tier fallback).
-        fallback = WIDTHS[min(self.trained_points, default=0)]
-        assignment, params_by_client = self._assignment_report(budgets)
+        fallback = WIDTHS[min(self.accounting.trained_points, default=0)]
+        assignment = self._assignment_report(budgets)
         summary = (
             operating_point_report(
                 run_dir,
@@ -197,9 +198,8 @@ class HeteroFLStrategy(HeterogeneousStrategy):
                     for pid, rate in affordable.items()
                 },
                 budgets=budgets,
-                trained=self.trained_points,
+                trained=self.accounting.trained_points,
             )
-            | self.accounting_summary(run_dir, params_by_client)
             | {"widths": list(WIDTHS), "heterofl_assignment": self.cfg.heterofl_assignment}
             | assignment
         )
@@ -228,11 +228,15 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         )
         return summary
 
-    def _assignment_report(
-        self, budgets: dict[int, float]
-    ) -> tuple[dict[str, Any], dict[int, int] | None]:
-        """Who trained which width, for summary.json, and the payload each client would get
-        (None under ``dynamic``: a client's payload changes by round, so the ledger's mean)."""
+    def params_by_client(self, state: State) -> dict[int, int] | None:
+        """The parameters of a client's width (None under ``dynamic``: a client's payload
+        changes by round, so the ledger's mean)."""
+        if self.cfg.heterofl_assignment == "dynamic":
+            return None
+        return {pid: self.costs[rate].params for pid, rate in self.assigned_widths().items()}
+
+    def _assignment_report(self, budgets: dict[int, float]) -> dict[str, Any]:
+        """Who trained which width, for summary.json."""
         if self.cfg.heterofl_assignment == "dynamic":
             rounds = self.trained_widths()
             return {
@@ -243,7 +247,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
                     1 for pid, rate in rounds if self.costs[rate].macs > budgets[pid]
                 ),
                 "clients_left_out": 0,
-            }, None
+            }
         assigned = self.assigned_widths()
         return {
             "clients_by_width": {
@@ -253,7 +257,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             "clients_above_budget": sum(
                 1 for pid, rate in assigned.items() if self.costs[rate].macs > budgets[pid]
             ),
-        }, {pid: self.costs[rate].params for pid, rate in assigned.items()}
+        }
 
 
 def dynamic_widths(seed: int, server_round: int, num_clients: int) -> dict[int, float]:

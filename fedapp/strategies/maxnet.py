@@ -282,21 +282,17 @@ class MaxNetStrategy(CachedSupernetStrategy):
         self.tracker.smallest = {int(k): int(v) for k, v in accounts["minnet_assignments"].items()}
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
-        summary = (
-            self.served_report(state, data, run_dir)
-            | self.accounting_summary(run_dir)
-            | {
-                "subnet_sampling": self.cfg.subnet_sampling,
-                "maxnet_weight_examples": self.weight_examples,
-                "maxnet_assignments": {str(k): v for k, v in sorted(self.tracker.largest.items())},
-                "minnet_assignments": {str(k): v for k, v in sorted(self.tracker.smallest.items())},
-            }
-        )
-        self.log_report(summary)
+        summary = self.served_report(state, data, run_dir) | {
+            "subnet_sampling": self.cfg.subnet_sampling,
+            "maxnet_weight_examples": self.weight_examples,
+            "maxnet_assignments": {str(k): v for k, v in sorted(self.tracker.largest.items())},
+            "minnet_assignments": {str(k): v for k, v in sorted(self.tracker.smallest.items())},
+        }
+        self.log_report(summary, self.communication(state))
         log(
             INFO,
             "training compute proxy: %.3f TMACs; MaxNet assignments per partition %s",
-            summary["compute_proxy_total_macs"] / 1e12,
+            self.accounting.compute_total() / 1e12,
             summary["maxnet_assignments"],
         )
         return summary

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from logging import WARNING
 
 import numpy as np
 from flwr.app import Message
+from flwr.common.logger import log
 
 from fedapp.messages import ARRAYS, METRICS, NUM_EXAMPLES
 from fedapp.records import from_record
@@ -82,3 +84,48 @@ def validate_metrics(message: Message) -> dict[str, float | int]:
     if not isinstance(examples, int) or examples <= 0:
         raise InvalidReply(f"metric {NUM_EXAMPLES} must be a positive integer, got {examples!r}")
     return metrics
+
+
+@dataclass
+class CheckedRound:
+    """A training round's replies after the checks."""
+
+    valid: list[ValidReply]  # in partition order: float sums must not depend on arrival order
+    dropped: dict[int, str]  # node id -> why its reply was refused, or that none came
+    replied: int
+
+
+def check_round(
+    server_round: int,
+    replies: Iterable[Message],
+    expected: Mapping[int, Mapping[str, ArraySpec]],
+    partition_of: Callable[[int], int | None],
+) -> CheckedRound:
+    """Check every reply against what its node was sent; a refused one is logged with its
+    reason, as is every sampled node that did not answer."""
+    awaited = dict(expected)
+    valid: list[ValidReply] = []
+    dropped: dict[int, str] = {}
+    replied = 0
+    for message in replies:
+        node_id = message.metadata.src_node_id
+        replied += 1
+        try:
+            if node_id not in awaited:
+                raise InvalidReply("node was not sampled this round")
+            valid.append(validate_reply(message, awaited.pop(node_id)))
+        except InvalidReply as err:
+            dropped[node_id] = str(err)
+            partition = partition_of(node_id)
+            log(
+                WARNING,
+                "round %d: dropped reply of node %s (partition %s): %s",
+                server_round,
+                node_id,
+                "?" if partition is None else partition,
+                err,
+            )
+    for node_id in awaited:
+        dropped[node_id] = "no reply (round timeout, or the node left)"
+    valid.sort(key=lambda r: partition_of(r.node_id) or 0)
+    return CheckedRound(valid, dropped, replied)

@@ -133,6 +133,13 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         rows = self._levels(state, data)
         return points_validation(rows, lambda r: f"val-acc-level{r['index'] + 1}")
 
+    def params_by_client(self, state: State) -> dict[int, int]:
+        """The parameters of a client's level."""
+        return {
+            p.partition_id: self.costs[self.level_of(p)].params
+            for p in self.nodes.profiles.values()
+        }
+
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self._levels(state, data)
         profiles = list(self.nodes.profiles.values())
@@ -142,25 +149,20 @@ class ScaleFLStrategy(HeterogeneousStrategy):
             rows,
             served={p.partition_id: self.level_of(p) for p in profiles},
             budgets={p.partition_id: p.budget for p in profiles},
-            trained=self.trained_points,
+            trained=self.accounting.trained_points,
         )
-        params_by_client = {p.partition_id: self.costs[self.level_of(p)].params for p in profiles}
-        summary = (
-            report
-            | self.accounting_summary(run_dir, params_by_client)
-            | {
-                "clients_below_smallest_level": self.clients_below_smallest_level(),
-                "scalefl_kd_form": self.cfg.scalefl_kd_form,
-                "levels": [
-                    {"level": i + 1, "blocks": lv.blocks, "width": lv.width}
-                    for i, lv in enumerate(SCALEFL_LEVELS)
-                ],
-            }
-        )
-        self._log_report(summary)
+        summary = report | {
+            "clients_below_smallest_level": self.clients_below_smallest_level(),
+            "scalefl_kd_form": self.cfg.scalefl_kd_form,
+            "levels": [
+                {"level": i + 1, "blocks": lv.blocks, "width": lv.width}
+                for i, lv in enumerate(SCALEFL_LEVELS)
+            ],
+        }
+        self._log_report(summary, self.communication(state))
         return summary
 
-    def _log_report(self, summary: dict[str, Any]) -> None:
+    def _log_report(self, summary: dict[str, Any], comm: dict[str, float]) -> None:
         log(INFO, "ScaleFL levels (deepest exit, test accuracy after per-level BN recalibration):")
         for row, level in zip(summary["variants"], summary["levels"], strict=True):
             log(
@@ -183,6 +185,6 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         log(
             INFO,
             "training compute proxy: %.3f TMACs; mean payload %.3fM params per client-round",
-            summary["compute_proxy_total_macs"] / 1e12,
-            summary["comm"].get("mean_params_per_client_round", 0.0) / 1e6,
+            self.accounting.compute_total() / 1e12,
+            comm.get("mean_params_per_client_round", 0.0) / 1e6,
         )

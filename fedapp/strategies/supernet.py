@@ -99,10 +99,10 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
             variants,
             served={pid: r.largest for pid, r in routes.items()},
             budgets={pid: r.budget for pid, r in routes.items()},
-            trained=self.trained_points,
+            trained=self.accounting.trained_points,
         )
 
-    def log_report(self, summary: dict[str, Any]) -> None:
+    def log_report(self, summary: dict[str, Any], comm: dict[str, float]) -> None:
         """The operating points, population accuracy and communication, one line each."""
         log(
             INFO,
@@ -121,7 +121,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
                 format_row(v),
                 "" if v["trained"] else " (no client trained it)",
             )
-        comm = summary["comm"]
+
         log(
             INFO,
             "population accuracy: %s (largest affordable variant), %.2f%% (most accurate "
