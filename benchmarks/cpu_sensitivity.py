@@ -47,7 +47,7 @@ def local_training_seconds(threads: int = 1) -> float:
     """Round 1's five clients, one local epoch each: seconds of ClientApp train."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from flwr.common.serde import message_from_proto, message_to_proto
     from local_grid import local_federation, preset_overrides, run_config
 
@@ -73,7 +73,7 @@ def validation_seconds(threads: int) -> float:
     """The quickstart's validation of its 5 anchors on its initial supernet."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from local_grid import preset_overrides, run_config
 
     from fedapp.config import parse_run_config

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before torch is imported; inherited by every process
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
 
 import processes
 from processes import (

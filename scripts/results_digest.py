@@ -1,10 +1,10 @@
 """A digest of every strategy's 2-round results on ``digits``, to show a refactor preserves them.
 
 Runs each method of the two shipped comparisons (weight-sharing and FedKD-NAS families) for two
-rounds on 4 in-process nodes (tests/local_grid.py: the real ClientApp, messages through Flower's
-serialisation) with one torch thread, and prints one SHA-256 digest per strategy over its final
-model, its per-round metrics (timings and metered resources left out), its CSV files and the
-summary's figures. Run it before and after a change and diff the two outputs:
+rounds on 4 in-process nodes (tests/support/local_grid.py: the real ClientApp, messages through
+Flower's serialisation) with one torch thread, and prints one SHA-256 digest per strategy over
+its final model, its per-round metrics (timings and metered resources left out), its CSV files
+and the summary's figures. Run it before and after a change and diff the two outputs:
 
     python scripts/results_digest.py /tmp/before > before.txt   # on the old commit
     python scripts/results_digest.py /tmp/after > after.txt     # on the new one
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from local_grid import run_local  # noqa: E402
 

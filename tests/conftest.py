@@ -1,4 +1,13 @@
-"""Shared fixtures: the app's default run config and an isolated output folder."""
+"""Shared set-up: the support modules on the path, a tier marker per folder, and an isolated
+shard cache.
+
+The folders mirror what a test exercises, and each folder's name is its marker: ``unit``
+(fedapp's layers below the apps, and source checks), ``methods`` (each method's defining rules
+and a short federation of it), ``federation`` (whole runs through the real ServerApp and
+ClientApp over an in-process grid), ``system`` (real processes: ``flwr run``, SuperLink and
+SuperNodes, Ray, the deployment scripts). ``pytest -m "not system" -n auto`` is the fast tier:
+pytest-xdist runs it on every core, one torch thread per worker (more would only contend).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,20 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "methods", "federation", "system")
+sys.path.insert(0, str(TESTS / "support"))
+if os.environ.get("PYTEST_XDIST_WORKER"):  # set before any test module imports torch
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test with its folder's tier."""
+    for item in items:
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in one of {', '.join(TIERS)}")
+        item.add_marker(folder)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from digits_runs import DIGITS_FEAST
 from local_grid import run_config, run_local
 from processes import read_rounds
-from test_feast import DIGITS_FEAST
 
 from fedapp import cli
 from fedapp.config import ConfigError, parse_run_config

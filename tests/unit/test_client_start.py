@@ -30,7 +30,7 @@ from fedapp.federated_data import (
 )
 
 HEAVY = ("datasets", "flwr_datasets", "torchvision", "matplotlib", "sklearn", "mlxtend")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_clientapp_and_trainers_import_no_data_or_plotting_libraries() -> None:

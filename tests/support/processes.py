@@ -8,8 +8,9 @@ what a person following docs/deployment.md runs.
 
 ``FEDAPP_DEVICE_VENV=<venv>`` runs the SuperNodes (and the ClientApps they start) from that
 virtual environment instead of this one: one made with the base install (``pip install fedapp``)
-checks that a device with its own data (``--data-path``, tests/test_deployment_own_data.py) needs
-nothing more; nodes that cut a seeded shard need ``pip install "fedapp[data]"`` there.
+checks that a device with its own data (``--data-path``,
+tests/system/test_deployment_own_data.py) needs nothing more; nodes that cut a seeded shard need
+``pip install "fedapp[data]"`` there.
 """
 
 from __future__ import annotations

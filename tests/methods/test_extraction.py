@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from digits_runs import DIGITS_FEAST
 from local_grid import run_config, run_local
-from test_feast import DIGITS_FEAST
 
 from fedapp.cli import main
 from fedapp.models.arch import parse_arch

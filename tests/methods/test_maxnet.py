@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 import pytest
+from digits_runs import DIGITS_FEAST
 from flwr.app import MessageType
 from local_grid import LocalGrid, local_federation, run_config, server_context
-from test_feast import DIGITS_FEAST
 
 from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError, parse_run_config

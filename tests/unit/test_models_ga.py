@@ -13,7 +13,7 @@ from fedapp.models.arch import Arch, load_supernet
 from fedapp.models.fitness import INFEASIBLE_MACS, INFEASIBLE_RHO, fitness_terms
 from fedapp.models.ga import GAParams, search, smallest_macs
 
-REFERENCE_CSV = Path(__file__).resolve().parent / "data" / "feast_cache_cifar100_reference.csv"
+REFERENCE_CSV = Path(__file__).resolve().parents[1] / "data" / "feast_cache_cifar100_reference.csv"
 FAST = GAParams(population=48, generations=30)
 
 

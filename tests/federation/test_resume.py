@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from digits_runs import DIGITS_FEAST
 from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, run_local
 from processes import read_rounds
-from test_feast import DIGITS_FEAST
 
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.profiles import NodeRegistry

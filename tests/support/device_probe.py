@@ -1,5 +1,5 @@
 """What a device's ClientApp does with the base install: run in a fresh interpreter by
-tests/test_dependencies.py, with the Python of the tests (``--block`` makes the data extra's
+tests/unit/test_dependencies.py, with the Python of the tests (``--block`` makes the data extra's
 packages and Ray unimportable, as if they were not installed) or of a device's venv (they are not).
 
 It sends the real ClientApp the handshake (QUERY, with the data-set facts the server sends) as two
@@ -33,7 +33,7 @@ ABSENT = (
     "pyarrow",
     "huggingface_hub",
 )
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DIGITS_FACTS = {
     "name": "digits",
     "num-classes": 10,

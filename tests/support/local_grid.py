@@ -28,7 +28,7 @@ from fedapp.profiles import NodeRegistry
 from fedapp.server_app import run_experiment
 from fedapp.strategies.base import HeterogeneousStrategy, build_strategy
 
-APP_DIR = Path(__file__).resolve().parents[1]
+APP_DIR = Path(__file__).resolve().parents[2]
 FIRST_NODE_ID = 1001
 
 #: hook(node_index, train reply) -> reply to deliver, or None to lose it (node vanished)

@@ -3,7 +3,7 @@
 A TLS SuperLink with node authentication, two SuperNodes whose keys are registered, 2 rounds of
 FedAvg on the embedded digits; a third SuperNode with a valid CA but an unregistered key must be
 refused. Every process is stopped by PID, also on failure. With ``FEDAPP_DEVICE_VENV`` set, the
-SuperNodes run from that venv (a device's base install, tests/processes.py).
+SuperNodes run from that venv (a device's base install, tests/support/processes.py).
 """
 
 from __future__ import annotations

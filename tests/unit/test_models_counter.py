@@ -16,7 +16,7 @@ from fedapp.models.cache import load_cache
 from fedapp.models.counter import Cost, count, count_population
 from fedapp.models.elastic_resnet import ElasticResNet, ResNet
 
-REFERENCE_CSV = Path(__file__).resolve().parent / "data" / "feast_cache_cifar100_reference.csv"
+REFERENCE_CSV = Path(__file__).resolve().parents[1] / "data" / "feast_cache_cifar100_reference.csv"
 
 
 def test_full_supernet_has_the_papers_parameter_count() -> None:

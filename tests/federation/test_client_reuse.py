@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from digits_runs import DIGITS_FEAST
 from flwr.app import Message
 from flwr.common.serde import message_from_proto, message_to_proto
 from local_grid import local_federation, run_config
-from test_feast import DIGITS_FEAST
 from torch.utils.data import DataLoader
 
 from fedapp.client_app import app as client_app

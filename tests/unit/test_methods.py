@@ -22,7 +22,7 @@ from fedapp.methods import (
 )
 from fedapp.strategies.base import HeterogeneousStrategy
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def _commented_names(key: str) -> list[str]:

@@ -7,7 +7,7 @@
   brings Ray (Flower's simulation extra), matplotlib or pandas;
 - ``fedapp --help`` and the model-space subcommands import neither Flower nor torch;
 - a ClientApp whose node trains on its own .npz file works without the data extra and Ray
-  (tests/device_probe.py), and a node asked to cut a shard without them names the install.
+  (tests/support/device_probe.py), and a node asked to cut a shard without them names the install.
   With ``FEDAPP_DEVICE_VENV=<venv>`` the probe also runs in that venv, where they must be absent.
 """
 
@@ -29,7 +29,7 @@ from packaging.requirements import Requirement
 
 from fedapp.data import extras
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 #: Folders whose imports a user's install must satisfy (tests/ needs the test extra).
 SCANNED = ("fedapp", "scripts", "benchmarks")
@@ -48,7 +48,7 @@ def _name(requirement: str) -> str:
 def _local_modules() -> set[str]:
     """Modules of this repository that scripts import by file name (benchmarks/flwr_runs.py)."""
     return {p.stem for folder in SCANNED for p in (REPO / folder).rglob("*.py")} | {
-        p.stem for p in (REPO / "tests").glob("*.py")
+        p.stem for p in (REPO / "tests").rglob("*.py")
     }
 
 
@@ -253,9 +253,10 @@ def test_a_clientapp_imports_no_ray_and_no_matplotlib() -> None:
 
 
 def _probe(python: str, work: Path, *flags: str) -> dict[str, object]:
-    """tests/device_probe.py run by ``python`` (outside the repository: only what is installed)."""
+    """tests/support/device_probe.py run by ``python`` (outside the repository: only what is
+    installed)."""
     result = subprocess.run(
-        [python, "-P", str(REPO / "tests" / "device_probe.py"), *flags, str(work)],
+        [python, "-P", str(REPO / "tests" / "support" / "device_probe.py"), *flags, str(work)],
         cwd=work,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 
 from fedapp.random_streams import Stream, stream_key, stream_rng, stream_seed, stream_seed32
 
-PACKAGE = Path(__file__).resolve().parents[1] / "fedapp"
+PACKAGE = Path(__file__).resolve().parents[2] / "fedapp"
 #: Modules that may build a generator themselves, and why.
 SEEDS_GIVEN_BY_THE_CALLER = {
     "random_streams.py": "the streams themselves",

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from digits_runs import DIGITS_FEAST
 from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 
@@ -22,20 +23,6 @@ from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
 from fedapp.training.co_training import co_training_gradients, plan_for
 from fedapp.training.loops import optimizer_step
-
-DIGITS_FEAST = {
-    "strategy": "feast",
-    "dataset": "digits",
-    "variant_cache": "feast-small-digits",
-    "budget_min": 2e5,
-    "budget_max": 6e6,
-    "allocation_cap": 4.2e6,
-    "validation_size": 200,
-    "test_size": 300,
-    "calibration_size": 50,
-    "batch_size": 16,
-    "partitioner": "budget-dirichlet",
-}
 
 
 def _space(**overrides):

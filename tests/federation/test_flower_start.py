@@ -18,7 +18,7 @@ from fedapp.profiles import NodeRegistry
 from fedapp.records import from_record
 from fedapp.strategies.base import build_strategy
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "flower-strategies.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "flower-strategies.md"
 #: HeteroFL (a width per node) on the digits smoke preset; resnet18-small at 8x8 costs 23,861 to
 #: 4,103,264 MACs per width, so the budgets spread the nodes over the widths.
 HETEROFL_DIGITS = preset_overrides("fedavg-digits") | {
