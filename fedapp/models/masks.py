@@ -185,7 +185,12 @@ class MaskFamily:
             groups.setdefault(group_of(n) if topk == "layerwise" else "", []).append(n)
         unit = (lambda n: costs[n]) if measure == "macs" else (lambda n: 1)
         rankings = tuple(
-            (tuple(g), Ranking.of([magnitudes[n] for n in g], [unit(n) for n in g]))
+            (
+                tuple(g),
+                by_macs  # the global ranking by MACs is the same sort: not sorted twice
+                if topk == "global" and measure == "macs"
+                else Ranking.of([magnitudes[n] for n in g], [unit(n) for n in g]),
+            )
             for g in groups.values()
         )
         return cls(
