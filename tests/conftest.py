@@ -5,8 +5,9 @@ The folders mirror what a test exercises, and each folder's name is its marker: 
 (fedapp's layers below the apps, and source checks), ``methods`` (each method's defining rules
 and a short federation of it), ``federation`` (whole runs through the real ServerApp and
 ClientApp over an in-process grid), ``system`` (real processes: ``flwr run``, SuperLink and
-SuperNodes, Ray, the deployment scripts). ``pytest -m "not system" -n auto`` is the fast tier:
-pytest-xdist runs it on every core, one torch thread per worker (more would only contend).
+SuperNodes, Ray, the deployment scripts); a full-size check of most of a minute is also
+``slow``. ``pytest -m "not system and not slow" -n auto`` is the fast tier: pytest-xdist runs it
+on every core, one torch thread per worker (more would only contend).
 """
 
 from __future__ import annotations

@@ -290,7 +290,16 @@ def _pytorch_default_init(model: nn.Module) -> None:
             module.reset_parameters()
 
 
-@pytest.mark.parametrize("preset", _fiarse_presets(), ids=lambda p: p[0])
+def _marked(presets: list[tuple[str, dict]]) -> list:
+    """The presets as parameters; CIFAR-100's full-size ResNet18 (11M values sorted per mask
+    family) takes most of a minute, so it is ``slow``: outside the fast tier."""
+    return [
+        pytest.param(p, id=p[0], marks=[pytest.mark.slow] if p[1]["dataset"] == "cifar100" else [])
+        for p in presets
+    ]
+
+
+@pytest.mark.parametrize("preset", _marked(_fiarse_presets()))
 def test_the_classifier_keeps_weights_at_the_smallest_budget_of_every_preset(preset) -> None:
     name, values = preset
     cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in values.items()}))
