@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.common.config import get_fused_config_from_dir
 
-from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.config import ConfigError, RunConfig, fused_run_config, parse_run_config
 from fedapp.evaluation.accounting import CommunicationLedger
 from fedapp.feast_space import ModelSpace
 from fedapp.federated_data import budget_population
@@ -33,6 +32,7 @@ from fedapp.models.arch import load_supernet
 from fedapp.models.cache import load_cache
 from fedapp.models.counter import count
 from fedapp.partitions.cohorts import cohort_indices
+from fedapp.settings.feast import FeastSettings
 from fedapp.training.co_training import plan_for
 
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def load_run_config(path: str | Path) -> RunConfig:
         values = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not TOML ({err})") from None
-    return parse_run_config(get_fused_config_from_dir(APP_DIR, values))
+    return parse_run_config(fused_run_config(APP_DIR, values))
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,10 @@ def budget_plan(cfg: RunConfig) -> BudgetPlan:
             f"of cache '{cfg.variant_cache}' ({cache.min_macs:,} MACs)"
         )
     routes = [space.route(float(b)) for b in budgets]
-    passes = [plan_for(space.cache, r.affordable, cfg.training_rule).num_passes for r in routes]
+    passes = [
+        plan_for(space.cache, r.affordable, cfg.section(FeastSettings).training_rule).num_passes
+        for r in routes
+    ]
     params = [r.params if cfg.routing else space.full_params for r in routes]
     n = len(budgets)
     cohorts = [

@@ -30,13 +30,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from flwr.common.config import get_fused_config_from_dir
+from flwr.common.config import flatten_dict
 
 from fedapp.config import (
     ConfigError,
     config_differences,
     describe_differences,
+    fused_run_config,
     parse_run_config,
+    protocol_keys,
 )
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
 from fedapp.evaluation.frontier import frontier_rise
@@ -57,35 +59,7 @@ from fedapp.run_progress import RunProgress
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
 #: Keys that define the experiment every method must share; per-strategy overrides may not set them.
-PROTOCOL_KEYS = frozenset(
-    {
-        "seed",
-        "num-server-rounds",
-        "num-clients",
-        "fraction-train",
-        "min-train-clients",
-        "dataset",
-        "data-dir",
-        "partitioner",
-        "dirichlet-alpha",
-        "shards-per-client",
-        "calibration-size",
-        "validation-size",
-        "public-size",
-        "test-size",
-        "client-pool-size",
-        "budget-min",
-        "budget-max",
-        "zipf-s",
-        "budget-rng",
-        "cohort-rng",
-        "gamma",
-        "allocation-cap",
-        "mix-batches",
-        "eval-every",
-        "device",
-    }
-)
+PROTOCOL_KEYS = protocol_keys()
 TABLE_FILE = "comparison.csv"
 POINTS_FILE = "operating_points.csv"
 EFFICIENCY_FILE = "efficiency.csv"
@@ -109,7 +83,7 @@ class Comparison:
     def run_config(self, strategy: str) -> dict[str, Any]:
         """The complete run config of one strategy (pyproject defaults, preset, changes)."""
         values = self.shared | self.overrides.get(strategy, {}) | {"strategy": strategy}
-        return get_fused_config_from_dir(APP_DIR, values)
+        return fused_run_config(APP_DIR, values)
 
     def seeds(self, count: int) -> list[int]:
         """The configured seed and the ``count - 1`` after it."""
@@ -158,8 +132,8 @@ def load_comparison(
         preset = APP_DIR / "conf" / f"{spec['preset']}.toml"
         if not preset.exists():
             raise ConfigError(f"{path.name}: preset {spec['preset']!r} is not in conf/")
-        shared |= tomllib.loads(preset.read_text())
-    shared |= spec.get("run-config", {})
+        shared |= flatten_dict(tomllib.loads(preset.read_text()))
+    shared |= flatten_dict(spec.get("run-config", {}))
     shared |= dict(parse_assignment(s) for s in sets or [])
     shared.pop("strategy", None)
     strategies = tuple(only or spec.get("strategies", []))
@@ -170,7 +144,7 @@ def load_comparison(
         for s in strategies
         if s not in METHOD_NAMES
     ]
-    overrides = spec.get("overrides", {})
+    overrides = {name: flatten_dict(knobs) for name, knobs in spec.get("overrides", {}).items()}
     for strategy, knobs in overrides.items():
         protocol = sorted(PROTOCOL_KEYS & set(knobs))
         if protocol:

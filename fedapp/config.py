@@ -11,38 +11,35 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from flwr.common.config import flatten_dict, get_fused_config_from_dir
 
 from fedapp.data.registry import DATASET_NAMES
-from fedapp.methods import METHOD_NAMES, METHODS
+from fedapp.methods import METHODS, settings_class, settings_classes
 from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
 from fedapp.models.families import FAMILY_NAMES
-from fedapp.models.masks import MEASURES, TOPK_RULES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.budgets import RNG_KINDS
 from fedapp.partitions.factory import PARTITIONER_NAMES
-from fedapp.training.logit_fusion import LOGIT_AGGREGATIONS
+from fedapp.settings.base import (
+    Section,
+    at_least,
+    check_of,
+    fraction,
+    is_protocol,
+    key_of,
+    one_of,
+    positive,
+    setting,
+)
 
 DEVICES = ("auto", "cpu", "cuda")
 LR_SCHEDULES = ("constant", "cosine")
-#: FEAST's training rule and its ablations (paper Table 6): which variants train per mini-batch.
-TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
-#: SuperFedNAS/DeepFedNAS transfers: draw subnets from the whole space or the affordable set.
-#: ``feast-transfer``: the FEAST authors' SuperFedNAS transfer (global min, best-of-20 max).
-SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained", "feast-transfer")
-#: HeteroFL: widths by budget, the authors' fixed equal proportions, or drawn anew each round.
-HETEROFL_ASSIGNMENTS = ("budget", "proportion", "dynamic")
-#: ScaleFL self-distillation: the authors' code, or the FEAST authors' port.
-SCALEFL_KD_FORMS = ("official", "feast")
-#: FedKD-NAS controller: score candidates on a private hold-out (its labels) or on a public
-#: hold-out against the broadcast target (Z~ or P_T; the global distribution).
-NAS_SCORE_SETS = ("private", "public")
-#: The methods with a server-trained teacher and the client NAS controller.
-TEACHER_METHODS = ("fedkd-nas", "local-kd")
 
 
 class ConfigError(ValueError):
@@ -51,117 +48,83 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Every run-config key, typed; field ``foo_bar`` is key ``foo-bar``."""
+    """Every run-wide key, typed (field ``foo_bar`` is key ``foo-bar``), and each method's
+    settings section (:meth:`section`)."""
 
     # the federation
-    strategy: str
-    seed: int
-    num_server_rounds: int
-    num_clients: int
-    fraction_train: float
-    min_train_clients: int
-    round_timeout: float
-    node_wait_timeout: float
+    strategy: str = setting(one_of(lambda: tuple(METHODS)))
+    seed: int = setting(protocol=True)
+    num_server_rounds: int = setting(at_least(1), protocol=True)
+    num_clients: int = setting(at_least(1), protocol=True)
+    fraction_train: float = setting(fraction(True, 1, False), protocol=True)
+    min_train_clients: int = setting(at_least(1), protocol=True)
+    round_timeout: float = setting(positive())
+    node_wait_timeout: float = setting(positive())
     # data and its split between server and clients
-    dataset: str
-    data_dir: str
-    partitioner: str
-    dirichlet_alpha: float
-    shards_per_client: int
-    calibration_size: int
-    validation_size: int
-    public_size: int
-    test_size: int
-    client_pool_size: int
+    dataset: str = setting(one_of(DATASET_NAMES), protocol=True)
+    data_dir: str = setting(protocol=True)
+    partitioner: str = setting(one_of(PARTITIONER_NAMES), protocol=True)
+    dirichlet_alpha: float = setting(positive(), protocol=True)
+    shards_per_client: int = setting(at_least(1), protocol=True)
+    calibration_size: int = setting(at_least(0), protocol=True)
+    validation_size: int = setting(at_least(1), protocol=True)
+    public_size: int = setting(at_least(0), protocol=True)
+    test_size: int = setting(at_least(1), protocol=True)
+    client_pool_size: int = setting(at_least(0), protocol=True)
     # compute budgets (MACs) and their link to data shares
-    budget_min: float
-    budget_max: float
-    zipf_s: float
-    budget_rng: str
-    cohort_rng: str
-    gamma: float
-    allocation_cap: float
+    budget_min: float = setting(positive(), protocol=True)
+    budget_max: float = setting(positive(), protocol=True)
+    zipf_s: float = setting(at_least(0), protocol=True)
+    budget_rng: str = setting(one_of(RNG_KINDS), protocol=True)
+    cohort_rng: str = setting(one_of(RNG_KINDS), protocol=True)
+    gamma: float = setting(at_least(0), protocol=True)
+    allocation_cap: float = setting(positive(), protocol=True)
     # local training
-    model: str
-    local_epochs: int
-    batch_size: int
-    learning_rate: float
-    momentum: float
-    weight_decay: float
-    lr_schedule: str
-    device: str
-    client_threads: int
-    # FEAST: elastic supernet, variant cache, routed co-training
-    supernet: str
-    variant_cache: str
-    routing: bool
-    training_rule: str
-    kd_weight: float
-    grad_clip: float
-    mix_batches: bool
-    anchor_variants: str
-    # weight-sharing baselines on the ResNet18 substrate: HeteroFL, ScaleFL, FIARSE
-    substrate: str
-    fiarse_grid_points: int
-    fiarse_budget: str
-    fiarse_topk: str
-    heterofl_assignment: str
-    scalefl_exit_convs: int
-    scalefl_kd_gamma: float
-    scalefl_kd_temperature: float
-    scalefl_kd_form: str
-    # SuperFedNAS / DeepFedNAS transfers on the FEAST supernet
-    subnet_sampling: str
-    maxnet_decay_fraction: float
-    maxnet_weight_examples: bool
-    # FedKD-NAS and its client NAS controller (Local-KD shares them)
-    nas_family: str
-    nas_lambda: float
-    nas_margin: float
-    nas_keep: int
-    nas_holdout: float
-    nas_memory_mb: float
-    nas_duel_every: int
-    nas_warmup_steps: int
-    nas_score_on: str
-    nas_public_holdout: float
-    kd_alpha: float
-    kd_temperature: float
-    kd_steps: int
-    teacher_beta: float
-    ema_gamma: float
-    logit_aggregation: str
-    trim_fraction: float
-    teacher_epochs: int
-    teacher_model: str
-    teacher_folds: int
-    # FedMD, FedDistill (public-set logit methods)
-    alignment_size: int
-    pretrain_public_epochs: int
-    pretrain_private_epochs: int
-    digest_epochs: int
-    revisit_epochs: int
-    feddistill_weight: float
-    feddistill_exclude_own: bool
-    # FedDF, Ditto
-    distill_steps: int
-    distill_eval_every: int
-    distill_patience: int
-    distill_batch_size: int
-    distill_lr: float
-    distill_grad_clip: float
-    ditto_lambda: float
+    model: str = setting(one_of(model_names))
+    local_epochs: int = setting(at_least(1))
+    batch_size: int = setting(at_least(1))
+    learning_rate: float = setting(positive())
+    momentum: float = setting(fraction(False, 1, True))
+    weight_decay: float = setting(at_least(0))
+    lr_schedule: str = setting(one_of(LR_SCHEDULES))
+    device: str = setting(one_of(DEVICES), protocol=True)
+    client_threads: int = setting(at_least(0))
+    grad_clip: float = setting(positive())
+    mix_batches: bool = setting(protocol=True)
+    # the model spaces: FEAST's supernet (also SuperFedNAS/DeepFedNAS), the ResNet18 substrate
+    # (HeteroFL, ScaleFL, FIARSE), the candidate family (FedKD-NAS, Local-KD, FedMD, FedDF,
+    # FedDistill)
+    supernet: str = setting(one_of(lambda: yaml_names(SUPERNETS_DIR)))
+    variant_cache: str = setting(one_of(lambda: yaml_names(CACHES_DIR)))
+    routing: bool = setting()
+    anchor_variants: str = setting(
+        (
+            lambda v: v == "" or all(p.strip().isdigit() for p in v.split(",")),
+            "empty (5 evenly spaced variants) or comma-separated cache indices like '0,3,9'",
+        )
+    )
+    substrate: str = setting(one_of(lambda: yaml_names(SUPERNETS_DIR)))
+    nas_family: str = setting(one_of(("auto", *FAMILY_NAMES)))
     # evaluation and outputs
-    eval_every: int
-    out_dir: str
-    run_name: str
-    resume: bool
-    tensorboard: bool  # TensorBoard event files beside the run's files (server only)
+    eval_every: int = setting(at_least(1), protocol=True)
+    out_dir: str = setting()
+    run_name: str = setting()
+    resume: bool = setting()
+    tensorboard: bool = setting()  # TensorBoard event files beside the run's files (server only)
+    #: Every method's settings section, in method-table order.
+    sections: tuple[Section, ...] = field(default=(), metadata={"section": True})
 
     @property
     def cohort_size(self) -> int:
         """Clients sampled per round: Flower's rule, max(min-train, fraction of the population)."""
         return max(self.min_train_clients, int(self.fraction_train * self.num_clients))
+
+    def section(self, kind: type[S]) -> S:
+        """The run's values of one method's settings (``cfg.section(FiarseSettings)``)."""
+        for section in self.sections:
+            if type(section) is kind:
+                return section
+        raise LookupError(f"no method of the method table reads the section {kind.name!r}")
 
     def resolved_out_dir(self) -> Path:
         """Absolute output folder: ``out-dir`` (``~`` expanded) or ``~/fedapp-runs`` if empty."""
@@ -169,133 +132,37 @@ class RunConfig:
         return base.resolve()
 
     def as_run_config(self) -> dict[str, Any]:
-        """The configuration back in Flower's kebab-case form (for result files)."""
-        return {key_of(f.name): getattr(self, f.name) for f in fields(self)}
+        """The configuration back in Flower's form: kebab-case keys, dotted for sections."""
+        flat = {key_of(f.name): getattr(self, f.name) for f in run_fields()}
+        for section in self.sections:
+            flat |= {
+                f"{section.name}.{key_of(f.name)}": getattr(section, f.name)
+                for f in fields(section)
+            }
+        return flat
 
 
-def key_of(field_name: str) -> str:
-    """Run-config key of a dataclass field."""
-    return field_name.replace("_", "-")
+S = TypeVar("S", bound=Section)
 
 
-#: (predicate, what is allowed); the description may be a callable, read only on an error.
-Check = tuple[Callable[[Any], bool], str | Callable[[], str]]
-#: A list of allowed names, or a callable giving it (file listings are read only when checked).
-Names = tuple[str, ...] | Callable[[], tuple[str, ...]]
+def run_fields() -> tuple[Field, ...]:
+    """The run-wide fields of RunConfig (its sections aside)."""
+    return tuple(f for f in fields(RunConfig) if not f.metadata.get("section"))
 
 
-def _one_of(names: Names) -> Check:
-    def listed() -> tuple[str, ...]:
-        return names() if callable(names) else names
-
-    return (lambda v: v in listed(), lambda: "one of " + ", ".join(repr(n) for n in listed()))
+def protocol_keys() -> frozenset[str]:
+    """Run-wide keys that define the experiment every method of a comparison must share."""
+    return frozenset(key_of(f.name) for f in run_fields() if is_protocol(f))
 
 
-def _at_least(low: float) -> Check:
-    return (lambda v: v >= low, f">= {low:g}")
-
-
-def _positive() -> Check:
-    return (lambda v: v > 0, "> 0")
-
-
-_CHECKS: dict[str, Check] = {
-    "strategy": _one_of(METHOD_NAMES),
-    "num_server_rounds": _at_least(1),
-    "num_clients": _at_least(1),
-    "fraction_train": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "min_train_clients": _at_least(1),
-    "round_timeout": _positive(),
-    "node_wait_timeout": _positive(),
-    "dataset": _one_of(DATASET_NAMES),
-    "partitioner": _one_of(PARTITIONER_NAMES),
-    "dirichlet_alpha": _positive(),
-    "shards_per_client": _at_least(1),
-    "calibration_size": _at_least(0),
-    "validation_size": _at_least(1),
-    "public_size": _at_least(0),
-    "test_size": _at_least(1),
-    "client_pool_size": _at_least(0),
-    "budget_min": _positive(),
-    "budget_max": _positive(),
-    "zipf_s": _at_least(0),
-    "budget_rng": _one_of(RNG_KINDS),
-    "cohort_rng": _one_of(RNG_KINDS),
-    "gamma": _at_least(0),
-    "allocation_cap": _positive(),
-    "model": _one_of(model_names),
-    "local_epochs": _at_least(1),
-    "batch_size": _at_least(1),
-    "learning_rate": _positive(),
-    "momentum": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "weight_decay": _at_least(0),
-    "lr_schedule": _one_of(LR_SCHEDULES),
-    "device": _one_of(DEVICES),
-    "client_threads": _at_least(0),
-    "supernet": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
-    "variant_cache": _one_of(lambda: yaml_names(CACHES_DIR)),
-    "substrate": _one_of(lambda: yaml_names(SUPERNETS_DIR)),
-    "fiarse_grid_points": _at_least(2),
-    "fiarse_budget": _one_of(MEASURES),
-    "fiarse_topk": _one_of(TOPK_RULES),
-    "heterofl_assignment": _one_of(HETEROFL_ASSIGNMENTS),
-    "scalefl_kd_form": _one_of(SCALEFL_KD_FORMS),
-    "scalefl_exit_convs": _at_least(0),
-    "scalefl_kd_gamma": _at_least(0),
-    "scalefl_kd_temperature": _positive(),
-    "training_rule": _one_of(TRAINING_RULES),
-    "kd_weight": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "grad_clip": _positive(),
-    "anchor_variants": (
-        lambda v: v == "" or all(p.strip().isdigit() for p in v.split(",")),
-        "empty (5 evenly spaced variants) or comma-separated cache indices like '0,3,9'",
-    ),
-    # SuperFedNAS / DeepFedNAS transfers
-    "subnet_sampling": _one_of(SUBNET_SAMPLINGS),
-    "maxnet_decay_fraction": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    # FedKD-NAS / Local-KD
-    "nas_family": _one_of(("auto", *FAMILY_NAMES)),
-    "nas_lambda": _at_least(0),
-    "nas_margin": _at_least(0),
-    "nas_keep": _at_least(1),
-    "nas_holdout": (lambda v: 0 < v <= 0.5, "in (0, 0.5]"),
-    "nas_memory_mb": _at_least(0),
-    "nas_duel_every": _at_least(0),
-    "nas_warmup_steps": _at_least(0),
-    "nas_score_on": _one_of(NAS_SCORE_SETS),
-    "nas_public_holdout": (lambda v: 0 < v <= 0.5, "in (0, 0.5]"),
-    "kd_steps": _at_least(0),
-    "kd_alpha": _at_least(0),
-    "kd_temperature": _positive(),
-    "teacher_beta": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-    "ema_gamma": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "logit_aggregation": _one_of(LOGIT_AGGREGATIONS),
-    "trim_fraction": (lambda v: 0 <= v < 0.5, "in [0, 0.5)"),
-    "teacher_epochs": _at_least(0),
-    "teacher_model": (
-        lambda v: v == "" or v in model_names(),
-        lambda: (
-            "empty (the family's largest candidate) or a model name: " + ", ".join(model_names())
-        ),
-    ),
-    "teacher_folds": _at_least(1),
-    # FedDF, Ditto
-    "distill_steps": _at_least(1),
-    "distill_eval_every": _at_least(1),
-    "distill_patience": _at_least(1),
-    "distill_batch_size": _at_least(1),
-    "distill_lr": _positive(),
-    "distill_grad_clip": _positive(),
-    "ditto_lambda": _at_least(0),
-    # FedMD, FedDistill
-    "alignment_size": _at_least(1),
-    "pretrain_public_epochs": _at_least(0),
-    "pretrain_private_epochs": _at_least(0),
-    "digest_epochs": _at_least(1),
-    "revisit_epochs": _at_least(0),
-    "feddistill_weight": _at_least(0),
-    "eval_every": _at_least(1),
-}
+def former_keys() -> dict[str, list[str]]:
+    """Flat keys of fedapp before method sections -> their key(s) now (``kd-temperature`` was
+    FedKD-NAS's and FedDF's)."""
+    renamed: dict[str, list[str]] = {}
+    for kind in settings_classes():
+        for old, new in kind.former_keys.items():
+            renamed.setdefault(old, []).append(f"{kind.name}.{new}")
+    return renamed
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:
@@ -318,8 +185,55 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
     return value
 
 
+_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def _parse_fields(
+    declared: tuple[Field, ...], prefix: str, run_config: Mapping[str, Any], problems: list[str]
+) -> dict[str, Any]:
+    """Field name -> typed, checked value of ``prefix + key`` for each declared field; what is
+    missing or not allowed goes to ``problems``."""
+    values = {}
+    for f in declared:
+        key = prefix + key_of(f.name)
+        if key not in run_config:
+            problems.append(
+                f"run config key '{key}' is missing (every key has a default in "
+                "[tool.flwr.app.config] of pyproject.toml)"
+            )
+            continue
+        try:
+            value = _coerce(key, run_config[key], _TYPES[f.type])
+        except ConfigError as err:
+            problems.append(str(err))
+            continue
+        check = check_of(f)
+        if check is not None and not check[0](value):
+            allowed = check[1]() if callable(check[1]) else check[1]
+            problems.append(f"run config '{key}' = {value!r} is not allowed: must be {allowed}")
+            continue
+        values[f.name] = value
+    return values
+
+
+def _unknown_keys(run_config: Mapping[str, Any], known: set[str]) -> list[str]:
+    """A message for each key no field reads, naming the new spelling of a former flat key."""
+    renamed = former_keys()
+    problems = []
+    for key in sorted(set(run_config) - known):
+        if key in renamed:
+            spelled = " and ".join(f"'{new}'" for new in renamed[key])
+            problems.append(
+                f"run config key '{key}' is now {spelled}: a method's own keys are in its "
+                "section, [tool.flwr.app.config.<section>] of pyproject.toml"
+            )
+        else:
+            problems.append(f"run config key '{key}' is unknown: pyproject.toml lists every key")
+    return problems
+
+
 def _cross_checks(cfg: RunConfig) -> list[str]:
-    """Constraints between keys."""
+    """Constraints between run-wide keys, then those of the running method's section."""
     problems = []
     if cfg.budget_min > cfg.budget_max:
         problems.append(
@@ -336,30 +250,9 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"strategy {cfg.strategy!r} distils on a public set, but 'public-size' = "
             f"{cfg.public_size}: set it to the number of server-held public images (e.g. 500)"
         )
-    elif cfg.strategy == "fedmd" and cfg.alignment_size > cfg.public_size:
-        problems.append(
-            f"'alignment-size' = {cfg.alignment_size} is larger than 'public-size' = "
-            f"{cfg.public_size}: FedMD draws its alignment subsets from the public set, so "
-            "allowed is 1 to public-size"
-        )
-    if cfg.subnet_sampling == "feast-transfer" and cfg.strategy == "deepfednas":
-        problems.append(
-            "'subnet-sampling' = 'feast-transfer' is the FEAST authors' SuperFedNAS sampler "
-            "(random architectures of the whole space); DeepFedNAS samples its cached path: "
-            "use 'budget-constrained' or 'unconstrained'"
-        )
-    if cfg.strategy in TEACHER_METHODS and cfg.teacher_folds > max(cfg.public_size, 1):
-        problems.append(
-            f"'teacher-folds' = {cfg.teacher_folds} is larger than 'public-size' = "
-            f"{cfg.public_size}: every fold needs at least one public image, so allowed is 1 to "
-            "public-size"
-        )
-    if cfg.strategy in TEACHER_METHODS and cfg.nas_score_on == "public" and cfg.teacher_beta == 0:
-        problems.append(
-            "'nas-score-on' = 'public' (the default) scores candidates against the teacher's or "
-            "the fused logits, but 'teacher-beta' = 0 sends none in round 1 (none ever to "
-            "Local-KD): set teacher-beta > 0 or nas-score-on = 'private'"
-        )
+    elif (kind := settings_class(cfg.strategy)) is not None:
+        run = {key_of(f.name): getattr(cfg, f.name) for f in run_fields()}
+        problems += cfg.section(kind).cross_checks(cfg.strategy, run)
     if cfg.resume and not cfg.run_name:
         problems.append(
             "'resume' = true needs 'run-name': the run to continue is <out-dir>/<run-name>"
@@ -369,35 +262,35 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     """Type and validate Flower's run config; raises ConfigError listing every problem found."""
-    values: dict[str, Any] = {}
     problems: list[str] = []
-    for f in fields(RunConfig):
-        key = key_of(f.name)
-        if key not in run_config:
-            problems.append(
-                f"run config key '{key}' is missing (every key has a default in "
-                "[tool.flwr.app.config] of pyproject.toml)"
-            )
-            continue
-        try:
-            value = _coerce(
-                key, run_config[key], {"str": str, "int": int, "float": float, "bool": bool}[f.type]
-            )
-        except ConfigError as err:
-            problems.append(str(err))
-            continue
-        check = _CHECKS.get(f.name)
-        if check is not None and not check[0](value):
-            allowed = check[1]() if callable(check[1]) else check[1]
-            problems.append(f"run config '{key}' = {value!r} is not allowed: must be {allowed}")
-            continue
-        values[f.name] = value
+    values = _parse_fields(run_fields(), "", run_config, problems)
+    known = {key_of(f.name) for f in run_fields()}
+    sections = []
+    for kind in settings_classes():
+        declared = fields(kind)
+        parsed = _parse_fields(declared, f"{kind.name}.", run_config, problems)
+        known |= {f"{kind.name}.{key_of(f.name)}" for f in declared}
+        if len(parsed) == len(declared):
+            sections.append(kind(**parsed))
+    problems += _unknown_keys(run_config, known)
     if not problems:
-        cfg = RunConfig(**values)
+        cfg = RunConfig(**values, sections=tuple(sections))
         problems = _cross_checks(cfg)
         if not problems:
             return cfg
     raise ConfigError("invalid run configuration:\n  - " + "\n  - ".join(problems))
+
+
+def fused_run_config(app_dir: Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The app's defaults (``[tool.flwr.app.config]``) with ``overrides`` applied, as Flower
+    fuses them; nested tables become dotted keys. A key the app does not declare is a
+    ConfigError that names its new spelling where it has one (Flower's own check only says
+    that it is not present)."""
+    flat = flatten_dict(dict(overrides))
+    problems = _unknown_keys(flat, set(get_fused_config_from_dir(app_dir, {})))
+    if problems:
+        raise ConfigError("invalid run configuration:\n  - " + "\n  - ".join(problems))
+    return get_fused_config_from_dir(app_dir, flat)
 
 
 #: Keys added after runs were saved, with the value those runs behaved as: a run folder's
@@ -405,13 +298,24 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
 LATER_KEYS: dict[str, Any] = {"tensorboard": False}
 
 
+def upgraded_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """A run folder's config.json in today's keys: former flat keys spelled as their section's
+    keys, keys it predates at their LATER_KEYS value."""
+    renamed = former_keys()
+    upgraded = dict(LATER_KEYS)
+    for key, value in saved.items():
+        for new in renamed.get(key, [key]):
+            upgraded[new] = value
+    return upgraded
+
+
 def parse_saved_run_config(saved: Mapping[str, Any]) -> RunConfig:
-    """A run folder's config.json as a RunConfig; keys it predates take their LATER_KEYS value."""
-    return parse_run_config({**LATER_KEYS, **saved})
+    """A run folder's config.json as a RunConfig (:func:`upgraded_saved_config`)."""
+    return parse_run_config(upgraded_saved_config(saved))
 
 
 def replace(cfg: RunConfig, **changes: Any) -> RunConfig:
-    """A validated copy with some fields changed (used by tests and the comparison tools)."""
+    """A validated copy with some run-wide fields changed (used by tests and tools)."""
     merged = cfg.as_run_config() | {key_of(k): v for k, v in changes.items()}
     return parse_run_config(merged)
 
@@ -432,6 +336,7 @@ def config_differences(
     """Key -> (value in a run folder's ``saved`` config.json, value in ``cfg``) for every key on
     which they differ, ``ignored`` keys aside; ``cfg`` as the ServerApp writes it (JSON round
     trip), so 0.1 and 1e-1 are one value."""
+    saved = upgraded_saved_config(saved)
     wanted = json.loads(json.dumps(cfg.as_run_config()))
     keys = sorted((set(saved) | set(wanted)) - ignored)
     return {

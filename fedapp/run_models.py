@@ -14,6 +14,7 @@ from fedapp.data.registry import DatasetInfo
 from fedapp.federated_data import dataset_info
 from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.families import Candidate, family_candidates
+from fedapp.settings.fedkd_nas import FedKDNASSettings
 
 BYTES_PER_MB = 2**20
 #: The backbone per data set the paper names (MNIST-like -> LeNet5, CIFAR-like -> MobileNetV2).
@@ -61,5 +62,6 @@ def run_candidates(cfg: RunConfig, info: DatasetInfo) -> list[Candidate]:
 
 
 def memory_budget(cfg: RunConfig) -> float | None:
-    """Training-memory budget in bytes, None when ``nas-memory-mb`` is 0 (no limit)."""
-    return cfg.nas_memory_mb * BYTES_PER_MB if cfg.nas_memory_mb > 0 else None
+    """Training-memory budget in bytes, None when ``fedkd-nas.memory-mb`` is 0 (no limit)."""
+    megabytes = cfg.section(FedKDNASSettings).memory_mb
+    return megabytes * BYTES_PER_MB if megabytes > 0 else None

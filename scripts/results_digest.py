@@ -38,14 +38,14 @@ SHARED = [
     "allocation-cap=4.2e6",
 ]
 COMPARISONS = {
-    "weight-sharing-mnist5k": {"variant-cache": "feast-small-digits", "fiarse-grid-points": 3},
+    "weight-sharing-mnist5k": {"variant-cache": "feast-small-digits", "fiarse.grid-points": 3},
     "fedkd-mnist5k": {
         "public-size": 100,
         "validation-size": 200,
         "budget-min": 6.5e4,
         "budget-max": 1.5e6,
-        "teacher-epochs": 2,
-        "alignment-size": 50,
+        "fedkd-nas.teacher-epochs": 2,
+        "fedmd.alignment-size": 50,
     },
 }
 RESULT_FILES = ("variants.csv", "clients.csv", "population.csv", "communication.csv")

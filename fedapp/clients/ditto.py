@@ -37,6 +37,7 @@ from fedapp.models.zoo import build_model
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state
+from fedapp.settings.ditto import DittoSettings
 from fedapp.training.loops import (
     TrainStats,
     resolve_device,
@@ -77,11 +78,11 @@ def train_personal(
     device: torch.device,
 ) -> TrainStats:
     """``local-epochs`` of SGD on the personal model with the proximal term towards the global
-    model's parameters (``ditto-lambda``)."""
+    model's parameters (``ditto.lambda``)."""
     personal.to(device)
     anchor = [p.detach().to(device).clone() for p in global_model.parameters()]
     optimizer = sgd(personal, lr, cfg.momentum, cfg.weight_decay)
-    add_proximal_term(optimizer, anchor, cfg.ditto_lambda)
+    add_proximal_term(optimizer, anchor, cfg.section(DittoSettings).lambda_)
     return train_supervised(personal, loader, optimizer, cfg.local_epochs, device)
 
 

@@ -23,6 +23,7 @@ from fedapp.models.arch import Arch
 from fedapp.models.routing import envelope
 from fedapp.profiles import LocalNode
 from fedapp.records import load_into, to_record
+from fedapp.settings.feast import FeastSettings
 from fedapp.training.co_training import CoTrainingPlan, co_training_gradients, plan_for
 from fedapp.training.train_metrics import train_metrics
 
@@ -32,7 +33,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     space = model_space(cfg, dataset_info(cfg))
     config = message.content[CONFIG]
     affordable = [int(i) for i in config[AFFORDABLE]]
-    plan = plan_for(space.cache, affordable, cfg.training_rule)
+    plan = plan_for(space.cache, affordable, cfg.section(FeastSettings).training_rule)
     bounds = (
         envelope(space.config, [space.cache.variants[i].arch for i in affordable])
         if bool(config[ROUTED])
@@ -52,7 +53,7 @@ def train_plan(
     model = elastic_network(space.config, bounds)
     load_into(model, message.content[ARRAYS])
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
-    gradients = co_training_gradients(model, plan, generator, cfg.kd_weight)
+    gradients = co_training_gradients(model, plan, generator, cfg.section(FeastSettings).kd_weight)
     stats = train_local_epochs(model, loader, optimizer, gradients, cfg, generator)
     seconds = time.perf_counter() - started
     metrics = MetricRecord(

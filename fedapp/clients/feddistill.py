@@ -37,6 +37,7 @@ from fedapp.messages import (
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
 from fedapp.records import from_record, to_record
+from fedapp.settings.feddistill import FedDistillSettings
 from fedapp.training.loops import (
     backward,
     resolve_device,
@@ -101,7 +102,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:
         output = model(x)
         recorded.add(output, y)
-        return distillation_loss(output, y, global_logits, present, cfg.feddistill_weight)
+        return distillation_loss(
+            output, y, global_logits, present, cfg.section(FedDistillSettings).kd_weight
+        )
 
     stats = train_epochs(
         model, loader, optimizer, backward(loss_of), epochs=cfg.local_epochs, device=device

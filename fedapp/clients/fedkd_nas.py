@@ -1,13 +1,13 @@
 """FedKD-NAS and Local-KD clients: pick an architecture, train CE + alpha * KD, share only logits.
 
 Every round the NAS controller (fedapp.clients.nas) settles the student: the incumbent, and in a
-duel round also a warm-started challenger trained on the same batches. Training is CE on the
-private shard (less the controller's hold-out) + alpha * KD on public images whose targets are the
-server's smoothed logits Z~ (paper: L = CE + alpha * KD), with ``kd-steps`` public batches per
-local epoch whatever the shard's size (0: one per private batch, the first version, which gave a
-client with 28 images two KD steps a round). FedKD-NAS then uploads the student's logits on the
-whole public set. Local-KD (ours, the no-coordination ablation) receives the teacher's logits once,
-keeps them in the node's state and never uploads anything.
+duel round also a warm-started challenger trained on the same batches. Training is CE on the private
+shard (less the controller's hold-out) + alpha * KD (``fedkd-nas.kd-weight``) on public images whose
+targets are the server's smoothed logits Z~ (paper: L = CE + alpha * KD), with
+``fedkd-nas.kd-steps`` public batches per local epoch whatever the shard's size (0: one per private
+batch, the first version, which gave a client with 28 images two KD steps a round). FedKD-NAS then
+uploads the student's logits on the whole public set. Local-KD (ours, the no-coordination ablation)
+receives the teacher's logits once, keeps them in the node's state and never uploads anything.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ from fedapp.models.families import Candidate, build_candidate, describe
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state, to_record
+from fedapp.settings.fedkd_nas import FedKDNASSettings
 from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
 from fedapp.training.loops import (
     TrainStats,
@@ -170,17 +171,18 @@ class RoundTrainer:
         lr: float,
     ) -> None:
         self.cfg, self.node, self.target = cfg, node, target
+        self.nas = cfg.section(FedKDNASSettings)
         self.info = dataset_info(cfg)
         self.round, self.lr = server_round, lr
         self.device = resolve_device(cfg.device)
         self.public = public_images(cfg)
         self.kd_rows: slice | np.ndarray = slice(None)  # the public images KD trains on
         self.kd_images = self.public
-        if cfg.nas_score_on == "public" and target is not None:
+        if self.nas.score_on == "public" and target is not None:
             # the whole shard trains; scores are top-1 agreement with the target on public
             # images that no candidate distils on
             self.kd_rows, scored = public_holdout(
-                len(self.public.labels), cfg.nas_public_holdout, cfg.seed
+                len(self.public.labels), self.nas.public_holdout, cfg.seed
             )
             self.kd_images = ImageArrays(
                 self.public.images[self.kd_rows], self.public.labels[self.kd_rows]
@@ -189,7 +191,7 @@ class RoundTrainer:
             self.holdout = ImageArrays(self.public.images[scored], target[scored].argmax(axis=1))
         else:
             self.train_part, self.holdout = holdout_split(
-                node.shard(cfg), cfg.nas_holdout, cfg.seed, node.partition_id
+                node.shard(cfg), self.nas.holdout, cfg.seed, node.partition_id
             )
 
     def _seeded(self, stream: Stream) -> torch.Generator:
@@ -215,7 +217,7 @@ class RoundTrainer:
         if kept is not None:
             load_state(model, kept)
         public_seen = 0
-        if warmup_target is not None and cfg.nas_warmup_steps > 0:
+        if warmup_target is not None and self.nas.warmup_steps > 0:
             public = self.kd_batches(warmup_target, self._seeded(Stream.NAS_WARMUP))
             _, public_seen = train_with_kd(
                 model,
@@ -225,8 +227,8 @@ class RoundTrainer:
                 1,
                 self.device,
                 1.0,
-                cfg.kd_temperature,
-                cfg.nas_warmup_steps,
+                self.nas.kd_temperature,
+                self.nas.warmup_steps,
             )
         # the same batches for every candidate of this round
         generator = self._seeded(Stream.LOCAL_TRAINING)
@@ -242,9 +244,9 @@ class RoundTrainer:
                 optimizer,
                 cfg.local_epochs,
                 self.device,
-                cfg.kd_alpha,
-                cfg.kd_temperature,
-                cfg.kd_steps,
+                self.nas.kd_weight,
+                self.nas.kd_temperature,
+                self.nas.kd_steps,
             )
             public_seen += seen
         loader = eval_loader(self.holdout, self.info, EVAL_BATCH_SIZE)
@@ -275,14 +277,15 @@ def local_round(
     trainer = RoundTrainer(
         cfg, node, target, int(instructions[SERVER_ROUND]), float(instructions[LEARNING_RATE])
     )
+    nas = cfg.section(FedKDNASSettings)
     history = NasHistory.load(node.state)
     feasible = feasible_candidates(cfg, trainer.info, node.budget)
     current, reason = incumbent(feasible, history)
-    duel = duel_due(history, feasible, cfg.nas_duel_every)
+    duel = duel_due(history, feasible, nas.duel_every)
     mine = trainer.train(current)
     runs = [mine]
     student, rival = mine, None
-    student_score = score(current, mine.measured.accuracy, node.budget, cfg.nas_lambda)
+    student_score = score(current, mine.measured.accuracy, node.budget, nas.lambda_)
     rival_score = NO_RIVAL
     if duel:
         rival = trainer.train(challenger(feasible, current, history), trainer.warmup_target(mine))
@@ -293,15 +296,21 @@ def local_round(
             rival.candidate,
             rival.measured,
             node.budget,
-            cfg.nas_lambda,
-            required_gain(cfg.nas_margin, len(trainer.holdout.labels)),
+            nas.lambda_,
+            required_gain(nas.margin, len(trainer.holdout.labels)),
         )
         if decision.winner != current.name:
             student, rival = rival, mine
         student_score, rival_score, reason = decision.score, decision.rival_score, decision.reason
     for run in sorted(runs, key=lambda r: r is student):  # the student is kept last (most recent)
         history.measured[run.candidate.name] = run.measured
-        keep_weights(node.state, history, run.candidate.name, run.model.state_dict(), cfg.nas_keep)
+        keep_weights(
+            node.state,
+            history,
+            run.candidate.name,
+            run.model.state_dict(),
+            nas.keep,
+        )
     switched = history.incumbent not in ("", student.candidate.name)  # a first choice is none
     history.incumbent = student.candidate.name
     history.rounds_trained += 1

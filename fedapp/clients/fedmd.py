@@ -47,6 +47,7 @@ from fedapp.messages import (
 from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream, stream_rng
 from fedapp.records import from_record, to_record
+from fedapp.settings.fedmd import FedMDSettings
 from fedapp.training.distillation import predict_logits, target_loader
 from fedapp.training.loops import (
     backward,
@@ -87,7 +88,9 @@ def alignment_indices(labels: np.ndarray, size: int, seed: int, server_round: in
 def alignment_set(cfg: RunConfig, server_round: int) -> ImageArrays:
     """Round ``server_round``'s alignment subset of the public set (labels kept, unused)."""
     public = server_set(cfg, "public")
-    index = alignment_indices(public.labels, cfg.alignment_size, cfg.seed, server_round)
+    index = alignment_indices(
+        public.labels, cfg.section(FedMDSettings).alignment_size, cfg.seed, server_round
+    )
     return ImageArrays(public.images[index], public.labels[index])
 
 
@@ -119,14 +122,15 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     device = resolve_device(cfg.device)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
     generator = seed_local_work(cfg.seed, Stream.LOCAL_TRAINING, server_round, node.partition_id)
+    fedmd = cfg.section(FedMDSettings)
     model, fresh = load_own_model(cfg, node, info)
     private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
     trained, private_loss = 0, float("nan")
     if fresh:  # transfer learning: labeled public set, then private data
         public = train_loader(server_set(cfg, "public"), info, PUBLIC_BATCH_SIZE, generator)
-        stats = train_supervised(model, public, adam(model), cfg.pretrain_public_epochs, device)
+        stats = train_supervised(model, public, adam(model), fedmd.pretrain_public_epochs, device)
         trained += stats.examples
-        stats = train_supervised(model, private, adam(model), cfg.pretrain_private_epochs, device)
+        stats = train_supervised(model, private, adam(model), fedmd.pretrain_private_epochs, device)
         trained, private_loss = trained + stats.examples, stats.loss
     received = from_record(message.content[ARRAYS])
     consensus_round = int(received[CONSENSUS_ROUND])
@@ -138,8 +142,8 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
             DIGEST_BATCH_SIZE,
             generator,
         )
-        trained += digest(model, targets, adam(model), cfg.digest_epochs, device)
-        stats = train_supervised(model, private, adam(model), cfg.revisit_epochs, device)
+        trained += digest(model, targets, adam(model), fedmd.digest_epochs, device)
+        stats = train_supervised(model, private, adam(model), fedmd.revisit_epochs, device)
         trained, private_loss = trained + stats.examples, stats.loss
     uploaded = predict_logits(model, alignment_set(cfg, server_round), info, device)
     keep_own_model(node, model)

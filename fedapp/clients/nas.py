@@ -2,16 +2,16 @@
 
 Every round a client trains one architecture from the run's candidate family:
 - feasible set: candidates whose forward MACs fit the client's budget and whose training-memory
-  estimate fits ``nas-memory-mb`` (0: no memory limit; the same for every client);
+  estimate fits ``fedkd-nas.memory-mb`` (0: no memory limit; the same for every client);
 - it starts at its largest feasible candidate (what its budget affords, before any score exists)
   and keeps training that incumbent;
-- every ``nas-duel-every``-th round the client trains, it also trains one challenger in a duel:
-  the rival whose last measurement is the oldest (never measured first, larger first), warm-started
-  from its kept weights and ``nas-warmup-steps`` KD steps on the public set, then given exactly the
-  incumbent's local training of that round (same batches, same steps);
+- every ``fedkd-nas.duel-every``-th round the client trains, it also trains one challenger in a
+  duel: the rival whose last measurement is the oldest (never measured first, larger first),
+  warm-started from its kept weights and ``fedkd-nas.warmup-steps`` KD steps on the public set,
+  then given exactly the incumbent's local training of that round (same batches, same steps);
 - score(a) = hold-out accuracy after that round - lambda * MACs(a) / budget, on
   a share of the public set kept out of KD, as top-1 agreement with the broadcast target
-  (``nas-score-on = "public"``: the global distribution, which a label-skewed shard's hold-out
+  (``fedkd-nas.score-on = "public"``: the global distribution, which a label-skewed shard's hold-out
   does not measure), or on a share of the client's shard (``"private"``); the challenger replaces
   the incumbent only if it beats it by more than the margin, and the margin is never finer than
   one hold-out example (1 / hold-out size), so a switch is never decided by the hold-out's noise.
@@ -19,8 +19,9 @@ Decisions only ever compare two scores measured in the same round after the same
 training steps; older measurements only decide which rival duels next (stale ones first), so an
 untrained or stale score cannot lock a client in (the first version, which tried each candidate
 once from scratch and kept stale scores, left half the clients on the smallest candidate).
-The client keeps the weights of at most ``nas-keep`` candidates (least recently used evicted). All
-of it lives in the node's Flower state, so it survives between rounds in simulation and on a device.
+The client keeps the weights of at most ``fedkd-nas.keep`` candidates (least recently used evicted).
+All of it lives in the node's Flower state, so it survives between rounds in simulation and on a
+device.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from fedapp.models.families import Candidate, affordable
 from fedapp.models.routing import BudgetError
 from fedapp.random_streams import Stream, stream_rng
 from fedapp.run_models import BYTES_PER_MB, memory_budget, run_candidates, run_family
+from fedapp.settings.fedkd_nas import FedKDNASSettings
 
 HISTORY_KEY = "nas-history"
 WEIGHTS_KEY = "nas-weights:"  # + candidate name
@@ -108,8 +110,9 @@ def feasible_candidates(cfg: RunConfig, info: DatasetInfo, budget: float) -> lis
     if not fitting:
         cheapest = candidates[0]
         raise BudgetError(
-            f"budget {budget:,.0f} MACs (memory {cfg.nas_memory_mb:g} MB) affords no candidate "
-            f"of {run_family(cfg)}; the cheapest is {cheapest.name} ({cheapest.macs:,} MACs, "
+            f"budget {budget:,.0f} MACs (memory {cfg.section(FedKDNASSettings).memory_mb:g} MB) "
+            f"affords no candidate of {run_family(cfg)}; the cheapest is {cheapest.name} "
+            f"({cheapest.macs:,} MACs, "
             f"{cheapest.train_memory_bytes / BYTES_PER_MB:.1f} MB)"
         )
     return fitting

@@ -6,7 +6,7 @@ weighs L and carries only its cross-entropy, and the sum is divided by L(L+1)/2.
 exit adds ``gamma * T^2 * KL(softmax(z_L / T) || softmax(z_j / T))`` averaged over batch and
 classes (``nn.KLDivLoss()``'s default 'mean'), with the teacher NOT detached, so the distillation
 gradient also reaches the deepest exit. Distillation switches on after a quarter of the rounds.
-``scalefl-kd-form = "feast"`` gives the FEAST authors' port instead: the KL summed over classes
+``scalefl.kd-form = "feast"`` gives the FEAST authors' port instead: the KL summed over classes
 and averaged over the batch ('batchmean', i.e. ``num_classes`` times stronger), a detached
 teacher, and distillation from the first round.
 """
@@ -28,6 +28,7 @@ from fedapp.models.early_exits import level_costs, level_model
 from fedapp.profiles import LocalNode
 from fedapp.records import load_into, to_record
 from fedapp.run_models import substrate_config
+from fedapp.settings.scalefl import ScaleFLSettings
 from fedapp.training.loops import backward
 from fedapp.training.train_metrics import train_metrics
 
@@ -77,22 +78,22 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     config = message.content[CONFIG]
     level = int(config[LEVEL])
     substrate = substrate_config(cfg, info)
-    model = level_model(substrate, level, cfg.scalefl_exit_convs)
+    scalefl = cfg.section(ScaleFLSettings)
+    model = level_model(substrate, level, scalefl.exit_convs)
     load_into(model, message.content[ARRAYS])
     generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
     server_round = int(config[SERVER_ROUND])
-    form = cfg.scalefl_kd_form
-    gamma = cfg.scalefl_kd_gamma if kd_active(server_round, cfg.num_server_rounds, form) else 0.0
+    form = scalefl.kd_form
+    gamma = scalefl.kd_weight if kd_active(server_round, cfg.num_server_rounds, form) else 0.0
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         outputs = model.exit_logits(x)
-        temperature = cfg.scalefl_kd_temperature
         return self_distillation_loss(
-            outputs, y_a, y_b, lam, gamma=gamma, temperature=temperature, form=form
+            outputs, y_a, y_b, lam, gamma=gamma, temperature=scalefl.kd_temperature, form=form
         )
 
     stats = train_local_epochs(model, loader, optimizer, backward(loss_of), cfg, generator)
-    level_macs = level_costs(substrate, cfg.scalefl_exit_convs)[level].macs
+    level_macs = level_costs(substrate, scalefl.exit_convs)[level].macs
     seconds = time.perf_counter() - started
     metrics = MetricRecord(
         train_metrics(len(loader.dataset), stats, seconds, level_macs * stats.examples)

@@ -21,6 +21,7 @@ from fedapp.messages import AFFORDABLE, ROUTED
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile
+from fedapp.settings.feast import FeastSettings
 from fedapp.strategies.base import State
 from fedapp.strategies.reply_validation import ValidReply
 from fedapp.strategies.supernet import CachedSupernetStrategy
@@ -50,7 +51,11 @@ class FeastStrategy(CachedSupernetStrategy):
     def points_trained(self, profile: NodeProfile) -> list[int]:
         """The cached variants of the node's plan: the minimum, its maximum, (rule full) the
         intermediates it draws from."""
-        plan = plan_for(self.space.cache, self.route_of(profile).affordable, self.cfg.training_rule)
+        plan = plan_for(
+            self.space.cache,
+            self.route_of(profile).affordable,
+            self.cfg.section(FeastSettings).training_rule,
+        )
         return [self.space.cache.variants.index(v) for v in plan.trained]
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
@@ -70,7 +75,9 @@ class FeastStrategy(CachedSupernetStrategy):
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         routes = self.eligible_routes()
         passes = [
-            plan_for(self.space.cache, r.affordable, self.cfg.training_rule).num_passes
+            plan_for(
+                self.space.cache, r.affordable, self.cfg.section(FeastSettings).training_rule
+            ).num_passes
             for r in routes.values()
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())

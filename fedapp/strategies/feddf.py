@@ -39,6 +39,7 @@ from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import run_family
+from fedapp.settings.feddf import FedDFSettings
 from fedapp.strategies.base import HeterogeneousStrategy, State, float_elements, point_evaluator
 from fedapp.strategies.reply_validation import ValidReply
 from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
@@ -80,14 +81,15 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.public = public_images(cfg)  # images only: labels withheld
         self.validation = server_set(cfg, "validation")
         self.points = point_evaluator(cfg, self.info)
+        feddf = cfg.section(FedDFSettings)
         self.settings = DistillSettings(
-            steps=cfg.distill_steps,
-            eval_every=cfg.distill_eval_every,
-            patience=cfg.distill_patience,
-            batch_size=cfg.distill_batch_size,
-            lr=cfg.distill_lr,
-            grad_clip=cfg.distill_grad_clip,
-            temperature=cfg.kd_temperature,
+            steps=feddf.distill_steps,
+            eval_every=feddf.distill_eval_every,
+            patience=feddf.distill_patience,
+            batch_size=feddf.distill_batch_size,
+            lr=feddf.distill_lr,
+            grad_clip=feddf.distill_grad_clip,
+            temperature=feddf.kd_temperature,
         )
         self.served: list[Candidate] = []  # the prototypes in the global state, by MACs
         self.distillations: list[dict[str, Any]] = []

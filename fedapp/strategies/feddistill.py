@@ -1,7 +1,7 @@
 """FedDistill server: Jeong et al. 2018 federated distillation of per-label mean logits.
 
 Each client uploads its per-label mean logits; a label's global logit is the unweighted mean over
-the clients that saw that label. Two flavours of who counts, by ``feddistill-exclude-own``:
+the clients that saw that label. Two flavours of who counts, by ``feddistill.exclude-own``:
 - false (PFLlib): the clients that uploaded in the last completed round; every client receives
   the same global logits;
 - true (Jeong et al.'s original, as CGCL-codes/FedGKD): each client receives the mean of every
@@ -15,6 +15,7 @@ import numpy as np
 
 from fedapp.messages import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
 from fedapp.profiles import NodeProfile
+from fedapp.settings.feddistill import FedDistillSettings
 from fedapp.strategies.base import State
 from fedapp.strategies.client_held import ClientHeldStrategy
 from fedapp.strategies.reply_validation import ArraySpec, ValidReply
@@ -56,7 +57,7 @@ class FedDistillStrategy(ClientHeldStrategy):
     def contributors(self, profile: NodeProfile, state: State) -> np.ndarray:
         """Whose latest uploads make up this node's global logits."""
         uploaded = state[UPLOAD_ROUND]
-        if self.cfg.feddistill_exclude_own:
+        if self.cfg.section(FedDistillSettings).exclude_own:
             mask = uploaded > 0
             mask[profile.partition_id] = False
             return mask

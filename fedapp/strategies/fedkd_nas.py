@@ -1,13 +1,14 @@
 """FedKD-NAS server and Local-KD, its no-coordination ablation (ours).
 
 The server holds the public set D_pub with its labels and, before round 1, fits the teacher and
-keeps its logits P_T. The teacher never labels an image it was trained on: with ``teacher-folds``
-K >= 2, D_pub is split into K folds and teacher k, trained on the other folds, labels fold k
-(cross-fitting). The first version (K = 1) fitted one teacher to D_pub itself; it reproduced the
-labels (100 %, mean top probability 0.9996), so Z~ carried nothing from the clients and FedKD-NAS
-equalled Local-KD. The global state is only logits: the smoothed target Z~ (and P_T), so
-checkpoints and resume need no model. Each round it broadcasts Z~ (Z~(0) = P_T; nothing in round 1
-when the teacher is off, teacher-beta = 0), receives every client's logits on D_pub, and updates
+keeps its logits P_T. The teacher never labels an image it was trained on: with
+``fedkd-nas.teacher-folds`` K >= 2, D_pub is split into K folds and teacher k, trained on the other
+folds, labels fold k (cross-fitting). The first version (K = 1) fitted one teacher to D_pub itself;
+it reproduced the labels (100 %, mean top probability 0.9996), so Z~ carried nothing from the
+clients and FedKD-NAS equalled Local-KD. The global state is only logits: the smoothed target Z~
+(and P_T), so checkpoints and resume need no model. Each round it broadcasts Z~ (Z~(0) = P_T;
+nothing in round 1 when the teacher is off, ``fedkd-nas.teacher-beta`` = 0), receives every client's
+logits on D_pub, and updates
     P_agg = aggregate(client logits)   (weighted by samples / mean / trimmed mean / median)
     Z     = beta * P_T + (1 - beta) * P_agg
     Z~    = gamma * Z~ + (1 - gamma) * Z.
@@ -57,6 +58,7 @@ from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng
 from fedapp.run_models import memory_budget, run_family
+from fedapp.settings.fedkd_nas import FedKDNASSettings
 from fedapp.strategies.base import State
 from fedapp.strategies.client_held import ClientHeldStrategy
 from fedapp.strategies.reply_validation import ArraySpec, ValidReply
@@ -138,6 +140,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
+        self.settings = cfg.section(FedKDNASSettings)
         self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
         self.public_labels = server_set(cfg, "public").labels
         self.public_shape = (len(self.public_labels), self.info.num_classes)
@@ -156,7 +159,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
 
     @property
     def uses_teacher(self) -> bool:
-        return self.cfg.teacher_beta > 0
+        return self.settings.teacher_beta > 0
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
         if affordable(self.candidates, profile.budget, memory_budget(self.cfg)):
@@ -165,12 +168,12 @@ class FedKDNASStrategy(ClientHeldStrategy):
 
     def _train_teacher(self, data: ImageArrays, fold: int) -> torch.nn.Module:
         """One teacher, trained on labelled public images (seeded per fold)."""
-        name = self.cfg.teacher_model or self.candidates[-1].name
+        name = self.settings.teacher_model or self.candidates[-1].name
         generator = seed_local_work(self.cfg.seed, Stream.TEACHER_TRAINING, fold)
         teacher = build_model(name, self.info)
         loader = train_loader(data, self.info, self.cfg.batch_size, generator)
         optimizer = sgd(teacher, self.cfg.learning_rate, self.cfg.momentum, self.cfg.weight_decay)
-        train_supervised(teacher, loader, optimizer, self.cfg.teacher_epochs, self.device)
+        train_supervised(teacher, loader, optimizer, self.settings.teacher_epochs, self.device)
         return teacher
 
     def initial_state(self) -> State:
@@ -181,7 +184,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
         public = server_set(self.cfg, "public")
         logits = np.zeros(self.public_shape, np.float32)
         self.teachers = []
-        folds = teacher_folds(len(public.labels), self.cfg.teacher_folds, self.cfg.seed)
+        folds = teacher_folds(len(public.labels), self.settings.teacher_folds, self.cfg.seed)
         for fold, (trained_on, labelled) in enumerate(folds):
             teacher = self._train_teacher(_subset(public, trained_on), fold)
             images = _subset(public_images(self.cfg), labelled)
@@ -200,13 +203,13 @@ class FedKDNASStrategy(ClientHeldStrategy):
         aggregated = aggregate_logits(
             [r.arrays[LOGITS] for r in replies],
             [r.num_examples for r in replies],
-            self.cfg.logit_aggregation,
-            self.cfg.trim_fraction,
+            self.settings.logit_aggregation,
+            self.settings.trim_fraction,
         )
         teacher = global_state.get(TEACHER)
-        fused = fuse_with_teacher(aggregated, teacher, self.cfg.teacher_beta)
+        fused = fuse_with_teacher(aggregated, teacher, self.settings.teacher_beta)
         previous = global_state.get(TARGET)
-        target = smooth(previous, fused, self.cfg.ema_gamma)
+        target = smooth(previous, fused, self.settings.ema_gamma)
         self.exchange = exchange_metrics(self.public_labels, teacher, aggregated, target, previous)
         return ({TEACHER: teacher} if teacher is not None else {}) | {TARGET: target}
 

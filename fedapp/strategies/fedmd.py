@@ -14,6 +14,7 @@ import numpy as np
 
 from fedapp.messages import CONSENSUS, CONSENSUS_ROUND, LOGITS
 from fedapp.profiles import NodeProfile
+from fedapp.settings.fedmd import FedMDSettings
 from fedapp.strategies.base import State
 from fedapp.strategies.client_held import ClientHeldStrategy
 from fedapp.strategies.reply_validation import ArraySpec, ValidReply
@@ -28,7 +29,7 @@ class FedMDStrategy(ClientHeldStrategy):
     """Consensus on a fresh alignment subset each round; clients digest and revisit."""
 
     def initial_state(self) -> State:
-        shape = (self.cfg.alignment_size, self.info.num_classes)
+        shape = (self.cfg.section(FedMDSettings).alignment_size, self.info.num_classes)
         return {
             CONSENSUS: np.zeros(shape, np.float32),
             CONSENSUS_ROUND: np.array(0, dtype=np.int64),
@@ -38,7 +39,11 @@ class FedMDStrategy(ClientHeldStrategy):
         return global_state
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
-        return {LOGITS: ArraySpec((self.cfg.alignment_size, self.info.num_classes), "float32")}
+        return {
+            LOGITS: ArraySpec(
+                (self.cfg.section(FedMDSettings).alignment_size, self.info.num_classes), "float32"
+            )
+        }
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         return {

@@ -2,7 +2,7 @@
 
 Each round the server sorts the global model's conv/linear values by magnitude once; a sampled
 client's sub-model keeps the fraction ``min(1, budget / full MACs)`` of the full model's effective
-MACs or of its values (``fiarse-budget``), ranked globally or per stage (``fiarse-topk``), and the
+MACs or of its values (``fiarse.budget``), ranked globally or per stage (``fiarse.topk``), and the
 classifier never loses all its weights (fedapp.models.masks). The client receives the full-shape
 tensors with every value below its tensor's threshold zeroed (dense on the wire; the
 communication ledger counts the values it keeps plus the unmasked BN parameters) and the
@@ -53,6 +53,7 @@ from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import substrate_config
+from fedapp.settings.fiarse import FiarseSettings
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
 from fedapp.strategies.reply_validation import ValidReply
 
@@ -89,6 +90,7 @@ class FiarseStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
+        self.settings = cfg.section(FiarseSettings)
         self.info = population(cfg).info
         self.config = substrate_config(cfg, self.info)
         self.points = point_evaluator(cfg, self.info)
@@ -110,8 +112,8 @@ class FiarseStrategy(HeterogeneousStrategy):
             family = MaskFamily.of(
                 state,
                 self.costs,
-                measure=self.cfg.fiarse_budget,
-                topk=self.cfg.fiarse_topk,
+                measure=self.settings.budget,
+                topk=self.settings.topk,
                 classifier=self.classifier,
             )
             self._family = (state, family)
@@ -157,10 +159,10 @@ class FiarseStrategy(HeterogeneousStrategy):
 
     # ---- evaluation ---------------------------------------------------------------------------
     def grid_fractions(self, state: State) -> list[float]:
-        """Fractions of the ``fiarse-grid-points`` MAC levels, smallest first."""
+        """Fractions of the ``fiarse.grid-points`` MAC levels, smallest first."""
         full = self.family(state).full_macs
         budgets = [p.budget for p in self.nodes.profiles.values()] or [self.cfg.budget_min]
-        levels = mac_levels(min(budgets), full, self.cfg.fiarse_grid_points)
+        levels = mac_levels(min(budgets), full, self.settings.grid_points)
         return [mac_fraction(level, full) for level in levels]
 
     def grid(self, state: State) -> list[OperatingPoint]:
@@ -239,8 +241,8 @@ class FiarseStrategy(HeterogeneousStrategy):
             trained=self.trained_grid_points(state),
         )
         summary = report | {
-            "fiarse_budget": self.cfg.fiarse_budget,
-            "fiarse_topk": self.cfg.fiarse_topk,
+            "fiarse_budget": self.settings.budget,
+            "fiarse_topk": self.settings.topk,
         }
         log_points(summary, self.communication(state))
         return summary

@@ -1,7 +1,7 @@
 """HeteroFL (Diao et al., ICLR 2021), server side, on the ResNet18 substrate.
 
 Each client trains one of the widths {1/16, 1/8, 1/4, 1/2, 1}: by default the widest whose MACs
-fit its budget; with ``heterofl-assignment = "proportion"`` the authors' fixed equal proportions
+fit its budget; with ``heterofl.assignment = "proportion"`` the authors' fixed equal proportions
 (``a1-b1-c1-d1-e1``, ``fix`` split), so every width is trained; with ``"dynamic"`` every client
 draws its width anew each round from those proportions (the ``dynamic`` split, the Flower
 baseline's default), so every width is trained by every client over the run. It receives the leading
@@ -45,6 +45,7 @@ from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import substrate_config
+from fedapp.settings.heterofl import HeteroFLSettings
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
 from fedapp.strategies.reply_validation import ArraySpec, ValidReply
 
@@ -59,6 +60,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
+        self.settings = cfg.section(HeteroFLSettings)
         self.info = population(cfg).info
         self.config = substrate_config(cfg, self.info)
         self.costs: dict[float, Cost] = {
@@ -81,9 +83,9 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def width_of(self, profile: NodeProfile) -> float | None:
         """The width a node trains (None: it cannot take part)."""
-        if self.cfg.heterofl_assignment == "proportion":
+        if self.settings.assignment == "proportion":
             return proportion_widths(self.nodes.profiles.values())[profile.partition_id]
-        if self.cfg.heterofl_assignment == "dynamic":
+        if self.settings.assignment == "dynamic":
             return dynamic_widths(self.cfg.seed, self.server_round, self.cfg.num_clients)[
                 profile.partition_id
             ]
@@ -200,10 +202,13 @@ class HeteroFLStrategy(HeterogeneousStrategy):
                 budgets=budgets,
                 trained=self.accounting.trained_points,
             )
-            | {"widths": list(WIDTHS), "heterofl_assignment": self.cfg.heterofl_assignment}
+            | {
+                "widths": list(WIDTHS),
+                "heterofl_assignment": self.settings.assignment,
+            }
             | assignment
         )
-        unit = "client-rounds" if self.cfg.heterofl_assignment == "dynamic" else "clients"
+        unit = "client-rounds" if self.settings.assignment == "dynamic" else "clients"
         by_width = summary[unit.replace("-", "_") + "_by_width"]
         log(INFO, "HeteroFL widths (test accuracy after per-width BN statistics):")
         for row, rate in zip(summary["variants"], WIDTHS, strict=True):
@@ -231,13 +236,13 @@ class HeteroFLStrategy(HeterogeneousStrategy):
     def params_by_client(self, state: State) -> dict[int, int] | None:
         """The parameters of a client's width (None under ``dynamic``: a client's payload
         changes by round, so the ledger's mean)."""
-        if self.cfg.heterofl_assignment == "dynamic":
+        if self.settings.assignment == "dynamic":
             return None
         return {pid: self.costs[rate].params for pid, rate in self.assigned_widths().items()}
 
     def _assignment_report(self, budgets: dict[int, float]) -> dict[str, Any]:
         """Who trained which width, for summary.json."""
-        if self.cfg.heterofl_assignment == "dynamic":
+        if self.settings.assignment == "dynamic":
             rounds = self.trained_widths()
             return {
                 "client_rounds_by_width": {

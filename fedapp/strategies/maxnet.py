@@ -35,6 +35,7 @@ from fedapp.models.routing import affordable
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng
+from fedapp.settings.maxnet import MaxNetSettings
 from fedapp.strategies.base import State
 from fedapp.strategies.reply_validation import ValidReply
 from fedapp.strategies.supernet import CachedSupernetStrategy
@@ -162,7 +163,7 @@ class SpaceSampler(PathSampler):
         return super().smallest(budget)
 
     def transfer(self, role: str, budget: float, rng: np.random.Generator) -> Arch:
-        """The FEAST authors' transfer (``subnet-sampling = "feast-transfer"``): min is the
+        """The FEAST authors' transfer (``maxnet.subnet-sampling = "feast-transfer"``): min is the
         space's global minimum (every client's), max the best of 20 uniform random
         architectures within the budget (the most MACs; none fits: the global minimum), random
         as under ``budget-constrained``."""
@@ -198,6 +199,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
+        self.settings = cfg.section(MaxNetSettings)
         self.sampler = self.sampler_type(self.space)
         self.tracker = SandwichTracker()
         #: partition id -> this round's assignment
@@ -206,7 +208,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
     @property
     def weight_examples(self) -> bool:
         """Whether MaxNet weights are multiplied by n_i / sum(n) (the FEAST transfer always)."""
-        return self.cfg.maxnet_weight_examples or self.cfg.subnet_sampling == "feast-transfer"
+        return self.settings.weight_examples or self.settings.subnet_sampling == "feast-transfer"
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
         """The cached variant the node's subnet is, if it is one."""
@@ -216,7 +218,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
     @property
     def decay_rounds(self) -> float:
         """S: rounds over which the MaxNet weight decays."""
-        return self.cfg.maxnet_decay_fraction * self.cfg.num_server_rounds
+        return self.settings.decay_fraction * self.cfg.num_server_rounds
 
     # ---- who trains what ------------------------------------------------------------------------
     def sample_cohort(self, server_round: int, grid: Grid) -> list[NodeProfile]:
@@ -231,10 +233,10 @@ class MaxNetStrategy(CachedSupernetStrategy):
     def assign(self, server_round: int, profile: NodeProfile, role: str) -> Assignment:
         """The subnet of a role; random draws from the (round, partition id) subnet stream."""
         rng = stream_rng(self.cfg.seed, Stream.MAXNET_SUBNETS, server_round, profile.partition_id)
-        if self.cfg.subnet_sampling == "feast-transfer":
+        if self.settings.subnet_sampling == "feast-transfer":
             arch = self.sampler.transfer(role, profile.budget, rng)  # SpaceSampler (config check)
         else:
-            budget = None if self.cfg.subnet_sampling == "unconstrained" else profile.budget
+            budget = None if self.settings.subnet_sampling == "unconstrained" else profile.budget
             arch = self.sampler.draw(role, budget, rng)
         arch = self.space.config.validate(arch)
         cost = count(self.space.config, arch)
@@ -283,7 +285,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
 
     def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         summary = self.served_report(state, data, run_dir) | {
-            "subnet_sampling": self.cfg.subnet_sampling,
+            "subnet_sampling": self.settings.subnet_sampling,
             "maxnet_weight_examples": self.weight_examples,
             "maxnet_assignments": {str(k): v for k, v in sorted(self.tracker.largest.items())},
             "minnet_assignments": {str(k): v for k, v in sorted(self.tracker.smallest.items())},

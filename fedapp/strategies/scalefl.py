@@ -42,6 +42,7 @@ from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import substrate_config
+from fedapp.settings.scalefl import ScaleFLSettings
 from fedapp.strategies.base import HeterogeneousStrategy, State, point_evaluator
 from fedapp.strategies.reply_validation import ValidReply
 
@@ -51,9 +52,10 @@ class ScaleFLStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
+        self.settings = cfg.section(ScaleFLSettings)
         self.info = population(cfg).info
         self.substrate = substrate_config(cfg, self.info)
-        self.costs = level_costs(self.substrate, cfg.scalefl_exit_convs)
+        self.costs = level_costs(self.substrate, self.settings.exit_convs)
         self.points = point_evaluator(cfg, self.info)
         below = self.clients_below_smallest_level()
         log(
@@ -76,14 +78,14 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         return sum(affordable_level(self.costs, p.budget)[1] for p in self.nodes.profiles.values())
 
     def _shapes(self, level: int) -> dict[str, tuple[int, ...]]:
-        return level_shapes(self.substrate, SCALEFL_LEVELS, level, self.cfg.scalefl_exit_convs)
+        return level_shapes(self.substrate, SCALEFL_LEVELS, level, self.settings.exit_convs)
 
     # ---- one round ------------------------------------------------------------------------------
     def initial_state(self) -> State:
         model = level_model(
             self.substrate,
             len(SCALEFL_LEVELS) - 1,
-            self.cfg.scalefl_exit_convs,
+            self.settings.exit_convs,
             seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS),
         )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
@@ -111,7 +113,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _level_with(self, state: State, level: int) -> EarlyExitResNet:
-        model = level_model(self.substrate, level, self.cfg.scalefl_exit_convs)
+        model = level_model(self.substrate, level, self.settings.exit_convs)
         load_state(model, extract(state, self._shapes(level)))
         return model
 
@@ -153,7 +155,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         )
         summary = report | {
             "clients_below_smallest_level": self.clients_below_smallest_level(),
-            "scalefl_kd_form": self.cfg.scalefl_kd_form,
+            "scalefl_kd_form": self.settings.kd_form,
             "levels": [
                 {"level": i + 1, "blocks": lv.blocks, "width": lv.width}
                 for i, lv in enumerate(SCALEFL_LEVELS)

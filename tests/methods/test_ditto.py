@@ -38,7 +38,7 @@ DITTO_DIGITS = preset_overrides("fedavg-digits") | {
 def test_one_proximal_step_equals_the_formula() -> None:
     # v = 0, so the logits are 0 and softmax is uniform: grad F(0) is known in closed form
     cfg = parse_run_config(
-        run_config(momentum=0.0, weight_decay=0.0, local_epochs=1, ditto_lambda=0.5)
+        run_config(momentum=0.0, weight_decay=0.0, local_epochs=1, ditto__lambda=0.5)
     )
     x = torch.tensor([[1.0, 2.0, 0.0, -1.0], [0.5, 0.0, 1.0, 2.0]])
     y = torch.tensor([0, 2])

@@ -21,6 +21,7 @@ from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
 from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
+from fedapp.settings.feast import FeastSettings
 from fedapp.training.co_training import co_training_gradients, plan_for
 from fedapp.training.loops import optimizer_step
 
@@ -173,7 +174,8 @@ def test_two_round_federation_with_sparse_aggregation(tmp_path, caplog) -> None:
     assert {"macs", "nominal_macs", "params", "accuracy"} <= set(summary["variants"][0])
     # trained: the minimum, each client's maximum and (rule full) its intermediates
     plans = [
-        plan_for(strategy.space.cache, r.affordable, cfg.training_rule) for r in routes.values()
+        plan_for(strategy.space.cache, r.affordable, cfg.section(FeastSettings).training_rule)
+        for r in routes.values()
     ]
     variants = strategy.space.cache.variants
     trained = {variants.index(v) for plan in plans for v in plan.trained}

@@ -42,10 +42,10 @@ FEDDF_DIGITS = {
     "learning_rate": 0.05,
     "lr_schedule": "constant",
     "eval_every": 1,
-    "distill_steps": 20,
-    "distill_eval_every": 5,
-    "distill_patience": 10,
-    "distill_batch_size": 32,
+    "feddf__distill_steps": 20,
+    "feddf__distill_eval_every": 5,
+    "feddf__distill_patience": 10,
+    "feddf__distill_batch_size": 32,
 }
 
 

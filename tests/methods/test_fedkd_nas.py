@@ -35,6 +35,7 @@ from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
 from fedapp.profiles import LocalNode, NodeRegistry
 from fedapp.records import from_record
+from fedapp.settings.fedkd_nas import FedKDNASSettings
 from fedapp.strategies.fedkd_nas import FedKDNASStrategy, teacher_folds
 from fedapp.training.distillation import endless, kd_loss, predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
@@ -58,7 +59,7 @@ FAST = {
     "validation_size": 200,
     "public_size": 200,
     "test_size": 300,
-    "teacher_epochs": 20,
+    "fedkd_nas__teacher_epochs": 20,
     "eval_every": 1,
 }
 
@@ -150,7 +151,7 @@ def test_feasible_set_respects_mac_and_memory_budgets() -> None:
         "lenet5-x0.5",
     ]
     assert len(feasible_candidates(cfg, DIGITS, 3e5)) == 4
-    tight = _cfg(nas_memory_mb=LENET[1].train_memory_bytes / 2**20)
+    tight = _cfg(fedkd_nas__memory_mb=LENET[1].train_memory_bytes / 2**20)
     assert [c.name for c in feasible_candidates(tight, DIGITS, 3e5)] == [
         "lenet5-x0.25",
         "lenet5-x0.5",
@@ -228,7 +229,7 @@ def test_holdout_split_is_fixed_and_disjoint() -> None:
 def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_the_target() -> None:
     """nas-score-on = public: the whole shard trains, no candidate distils on the scored public
     images, and a score is the top-1 agreement with the broadcast target on them."""
-    cfg = _cfg(strategy="fedkd-nas", nas_score_on="public", nas_public_holdout=0.2)
+    cfg = _cfg(strategy="fedkd-nas", fedkd_nas__score_on="public", fedkd_nas__public_holdout=0.2)
     distil, scored = public_holdout(200, 0.2, cfg.seed)
     assert len(scored) == 40 and len(distil) == 160 and not set(distil) & set(scored)
     np.testing.assert_array_equal(public_holdout(200, 0.2, cfg.seed)[1], scored)
@@ -246,7 +247,7 @@ def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_t
     agreement = np.mean(logits.argmax(axis=1) == target[scored].argmax(axis=1))
     assert trained.measured.accuracy == pytest.approx(agreement)
     # private scoring: a hold-out of the shard, KD on every public image
-    private_cfg = _cfg(strategy="fedkd-nas", nas_score_on="private")
+    private_cfg = _cfg(strategy="fedkd-nas", fedkd_nas__score_on="private")
     private = RoundTrainer(private_cfg, node, target, server_round=3, lr=0.02)
     assert len(private.train_part.labels) + len(private.holdout.labels) == len(
         node.shard(cfg).labels
@@ -255,10 +256,10 @@ def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_t
         [r for _, r in itertools.islice(private.kd_batches(target, torch.Generator()), 13)]
     )
     assert len({tuple(r) for r in rows.numpy()}) == 200
-    with pytest.raises(ConfigError, match="teacher-beta"):  # no target to score against
-        _cfg(strategy="local-kd", nas_score_on="public", teacher_beta=0.0)
-    with pytest.raises(ConfigError, match="nas-score-on"):
-        _cfg(nas_score_on="test")
+    with pytest.raises(ConfigError, match=r"fedkd-nas\.teacher-beta"):  # no target to score against
+        _cfg(strategy="local-kd", fedkd_nas__score_on="public", fedkd_nas__teacher_beta=0.0)
+    with pytest.raises(ConfigError, match=r"fedkd-nas\.score-on"):
+        _cfg(fedkd_nas__score_on="test")
 
 
 # ---- end to end ----------------------------------------------------------------------------
@@ -310,7 +311,7 @@ def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_traini
     the same steps, the better one (by more than the required gain) is next round's student,
     whether scored on a private hold-out or on 40 public images against Z~."""
     summary, _, choices = _run(
-        tmp_path, "fedkd-nas", rounds=7, nas_duel_every=2, nas_score_on=score_on
+        tmp_path, "fedkd-nas", rounds=7, fedkd_nas__duel_every=2, fedkd_nas__score_on=score_on
     )
     switches = [row for row in choices if row["reason"] == "duel-switched"]
     assert summary["nas_switches"] == len(switches)  # a client's first choice is no switch
@@ -362,7 +363,9 @@ def _client_holdout(partition: int) -> np.ndarray:
     from fedapp.federated_data import client_shard
 
     cfg = _cfg()
-    _, held = holdout_split(client_shard(cfg, partition), cfg.nas_holdout, cfg.seed, partition)
+    _, held = holdout_split(
+        client_shard(cfg, partition), cfg.section(FedKDNASSettings).holdout, cfg.seed, partition
+    )
     return held.labels
 
 
@@ -380,7 +383,7 @@ def test_the_teacher_never_labels_an_image_it_was_trained_on() -> None:
     # measured on real digits: fitted to D_pub it reproduces the labels; cross-fitted it does not
     agreement = {}
     for folds in (1, 2):
-        cfg = _cfg(strategy="fedkd-nas", teacher_folds=folds)
+        cfg = _cfg(strategy="fedkd-nas", fedkd_nas__teacher_folds=folds)
         strategy = FedKDNASStrategy(cfg, NodeRegistry())
         p_t = strategy.initial_state()["teacher"]
         agreement[folds] = float(np.mean(p_t.argmax(axis=1) == strategy.public_labels))

@@ -168,7 +168,7 @@ DIGITS_FIARSE = {
     "calibration_size": 32,
     "batch_size": 32,
     "local_epochs": 1,
-    "fiarse_grid_points": 3,
+    "fiarse__grid_points": 3,
     "eval_every": 2,
 }
 
@@ -240,8 +240,10 @@ def test_two_round_federation_on_digits(tmp_path) -> None:
 
 
 def test_grid_size_below_two_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"'fiarse-grid-points' = 1 is not allowed: must be >= 2"):
-        parse_run_config(run_config(fiarse_grid_points=1))
+    with pytest.raises(
+        ConfigError, match=r"'fiarse\.grid-points' = 1 is not allowed: must be >= 2"
+    ):
+        parse_run_config(run_config(fiarse__grid_points=1))
 
 
 def test_masked_values_stay_bit_identical_through_sgd_with_momentum() -> None:
@@ -369,10 +371,10 @@ def test_params_budget_keeps_a_share_of_values_and_layerwise_ranks_per_group() -
     by_macs = MaskFamily.of(state, costs, topk="layerwise")
     kept = by_macs.kept_counts(by_macs.mask(0.25))
     assert kept["stem.conv.weight"] * 9 <= 0.25 * 900 and kept["head.weight"] == 25
-    with pytest.raises(ConfigError, match=r"'fiarse-budget' = 'flops'"):
-        parse_run_config(run_config(fiarse_budget="flops"))
-    with pytest.raises(ConfigError, match=r"'fiarse-topk' = 'stage'"):
-        parse_run_config(run_config(fiarse_topk="stage"))
+    with pytest.raises(ConfigError, match=r"'fiarse\.budget' = 'flops'"):
+        parse_run_config(run_config(fiarse__budget="flops"))
+    with pytest.raises(ConfigError, match=r"'fiarse\.topk' = 'stage'"):
+        parse_run_config(run_config(fiarse__topk="stage"))
 
 
 def test_trained_marks_exactly_the_grid_points_of_client_fractions(tmp_path) -> None:
@@ -384,8 +386,8 @@ def test_trained_marks_exactly_the_grid_points_of_client_fractions(tmp_path) -> 
                 "fraction_train": 1.0,
                 "num_server_rounds": 1,
                 "eval_every": 1,
-                "fiarse_grid_points": 4,
-                "fiarse_budget": "params",
+                "fiarse__grid_points": 4,
+                "fiarse__budget": "params",
                 "out_dir": str(tmp_path),
                 "run_name": "fiarse",
             }

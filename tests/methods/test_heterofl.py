@@ -209,7 +209,7 @@ def test_two_round_federation_reports_every_width(tmp_path) -> None:
 
 def test_proportion_assignment_trains_every_width(tmp_path) -> None:
     overrides = DIGITS_HETEROFL | {
-        "heterofl_assignment": "proportion",
+        "heterofl__assignment": "proportion",
         "gamma": 0.0,  # equal data shares: budgets of 3e4 would get too few examples
         "num_clients": 5,
         "fraction_train": 1.0,
@@ -229,13 +229,13 @@ def test_proportion_assignment_trains_every_width(tmp_path) -> None:
     assert summary["clients_above_budget"] == sum(
         strategy.costs[widths[p.partition_id]].macs > p.budget for p in nodes.profiles.values()
     )
-    with pytest.raises(ConfigError, match=r"'heterofl-assignment' = 'random'"):
-        parse_run_config(run_config(heterofl_assignment="random"))
+    with pytest.raises(ConfigError, match=r"'heterofl\.assignment' = 'random'"):
+        parse_run_config(run_config(heterofl__assignment="random"))
 
 
 def test_dynamic_assignment_redraws_widths_each_round_and_counts_client_rounds(tmp_path) -> None:
     overrides = DIGITS_HETEROFL | {
-        "heterofl_assignment": "dynamic",
+        "heterofl__assignment": "dynamic",
         "gamma": 0.0,  # equal data shares: budgets of 3e4 would get too few examples
         "num_clients": 5,
         "fraction_train": 1.0,

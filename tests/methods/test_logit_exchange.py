@@ -26,6 +26,7 @@ from fedapp.profiles import local_node
 from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state, to_record
 from fedapp.server_app import run_experiment
+from fedapp.settings.fedmd import FedMDSettings
 from fedapp.strategies.feddistill import CLIENT_LOGITS, UPLOAD_ROUND, label_consensus
 from fedapp.strategies.fedmd import consensus
 from fedapp.training.distillation import target_loader
@@ -47,11 +48,11 @@ DIGITS = {
 FEDMD = DIGITS | {
     "strategy": "fedmd",
     "public_size": 200,
-    "alignment_size": 60,
-    "pretrain_public_epochs": 1,
-    "pretrain_private_epochs": 1,
-    "digest_epochs": 1,
-    "revisit_epochs": 1,
+    "fedmd__alignment_size": 60,
+    "fedmd__pretrain_public_epochs": 1,
+    "fedmd__pretrain_private_epochs": 1,
+    "fedmd__digest_epochs": 1,
+    "fedmd__revisit_epochs": 1,
 }
 FEDDISTILL = DIGITS | {"strategy": "feddistill", "learning_rate": 0.05, "local_epochs": 1}
 
@@ -119,8 +120,10 @@ def test_fedmd_alignment_subset_is_stratified_seeded_and_fresh_each_round() -> N
 
 
 def test_fedmd_alignment_size_above_the_public_set_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="'alignment-size' = 300 is larger than 'public-size'"):
-        _cfg(FEDMD, alignment_size=300)
+    with pytest.raises(
+        ConfigError, match=r"'fedmd\.alignment-size' = 300 is larger than 'public-size'"
+    ):
+        _cfg(FEDMD, fedmd__alignment_size=300)
 
 
 @pytest.mark.parametrize("strategy", ["fedkd-nas", "local-kd", "fedmd", "feddf"])
@@ -142,7 +145,7 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
     server_context(config)  # a Message needs a run identity
     info = population(cfg).info
     node = local_node({"partition-id": 2, "num-partitions": 3}, cfg)
-    shape = (cfg.alignment_size, info.num_classes)
+    shape = (cfg.section(FedMDSettings).alignment_size, info.num_classes)
     empty = {CONSENSUS: np.zeros(shape, np.float32), CONSENSUS_ROUND: np.array(0)}
     reply = fedmd_train(_train_message(1, empty), cfg, node)
     after_round_1 = load_arrays(node.state, MODEL_KEY)
@@ -183,7 +186,7 @@ def test_fedmd_client_first_sampled_late_pretrains_then_digests_and_revisits() -
     server_context(config)
     info = population(cfg).info
     node = local_node({"partition-id": 0, "num-partitions": 3}, cfg)
-    target = np.zeros((cfg.alignment_size, info.num_classes), np.float32)
+    target = np.zeros((cfg.section(FedMDSettings).alignment_size, info.num_classes), np.float32)
     message = _train_message(3, {CONSENSUS: target, CONSENSUS_ROUND: np.array(2)})
     reply = fedmd_train(message, cfg, node)
     metrics = reply["metrics"]
@@ -191,8 +194,10 @@ def test_fedmd_client_first_sampled_late_pretrains_then_digests_and_revisits() -
     macs = own_candidate(cfg, info, node.budget).macs
     # 3 x MACs per trained example: public (1 epoch), private (1), digest (1), revisit (1);
     # plus one forward pass per uploaded logit row
-    trained = cfg.public_size + private + cfg.alignment_size + private
-    assert metrics["compute-proxy-macs"] == macs * (3 * trained + cfg.alignment_size)
+    trained = cfg.public_size + private + cfg.section(FedMDSettings).alignment_size + private
+    assert metrics["compute-proxy-macs"] == macs * (
+        3 * trained + cfg.section(FedMDSettings).alignment_size
+    )
 
 
 def test_never_trained_node_is_left_out_of_the_client_mean() -> None:
@@ -288,7 +293,7 @@ def test_feddistill_drops_non_finite_logits_and_clients_keep_their_models() -> N
         (FEDMD, {}, 0.2),  # chance 0.1; one epoch per step of Adam 1e-3 on ~360 8x8 digits
         # chance 0.1; two rounds of 4 epochs reach about 0.5 (0.48 on seed 42's streams)
         (FEDDISTILL, {"local_epochs": 4}, 0.4),
-        (FEDDISTILL, {"local_epochs": 4, "feddistill_exclude_own": True}, 0.4),
+        (FEDDISTILL, {"local_epochs": 4, "feddistill__exclude_own": True}, 0.4),
     ],
 )
 def test_two_round_federation_on_digits(tmp_path, base, overrides, min_accuracy) -> None:

@@ -142,7 +142,7 @@ def test_unconstrained_samplers_span_the_whole_space_or_path() -> None:
 
 
 def test_feast_transfer_min_is_the_global_minimum_and_max_the_best_of_20() -> None:
-    cfg = _cfg(subnet_sampling="feast-transfer")
+    cfg = _cfg(maxnet__subnet_sampling="feast-transfer")
     space = model_space(cfg, population(cfg).info)
     sampler = SpaceSampler(space)
     low = sampler.transfer(MIN, space.cache.min_macs, np.random.default_rng(0))
@@ -170,14 +170,14 @@ def test_feast_transfer_min_is_the_global_minimum_and_max_the_best_of_20() -> No
     strategy = build_strategy(cfg, NodeRegistry())
     assert strategy.weight_examples  # the transfer weights replies by their examples
     with pytest.raises(ConfigError, match=r"DeepFedNAS samples its cached path"):
-        _cfg(strategy="deepfednas", subnet_sampling="feast-transfer")
+        _cfg(strategy="deepfednas", maxnet__subnet_sampling="feast-transfer")
 
 
 def test_subnet_sampling_is_checked() -> None:
-    with pytest.raises(ConfigError, match=r"'subnet-sampling' = 'some'"):
-        _cfg(subnet_sampling="some")
-    with pytest.raises(ConfigError, match=r"'maxnet-decay-fraction' = 0\.0"):
-        _cfg(maxnet_decay_fraction=0.0)
+    with pytest.raises(ConfigError, match=r"'maxnet\.subnet-sampling' = 'some'"):
+        _cfg(maxnet__subnet_sampling="some")
+    with pytest.raises(ConfigError, match=r"'maxnet\.decay-fraction' = 0\.0"):
+        _cfg(maxnet__decay_fraction=0.0)
 
 
 # ---- MaxNet aggregation ---------------------------------------------------------------------
@@ -292,7 +292,7 @@ def test_dropped_max_reply_leaves_a_plain_average_of_the_rest(tmp_path) -> None:
 
 
 def test_unconstrained_max_client_receives_the_whole_supernet(tmp_path) -> None:
-    config, _ = _grid(tmp_path, "superfednas", subnet_sampling="unconstrained")
+    config, _ = _grid(tmp_path, "superfednas", maxnet__subnet_sampling="unconstrained")
     _, grid, nodes, strategy = local_federation(config, num_nodes=4)
     initial = strategy.initial_state()
     sizes = {}

@@ -151,8 +151,8 @@ def test_feast_form_is_batchmean_with_a_detached_teacher_from_round_one() -> Non
         grads.append(teacher.grad.clone())
     torch.testing.assert_close(grads[0], grads[1])  # only the CE reaches the deepest exit
     assert [kd_active(r, 8, "feast") for r in (1, 2, 3)] == [True, True, True]
-    with pytest.raises(ConfigError, match=r"'scalefl-kd-form' = 'batchmean'"):
-        parse_run_config(run_config(scalefl_kd_form="batchmean"))
+    with pytest.raises(ConfigError, match=r"'scalefl\.kd-form' = 'batchmean'"):
+        parse_run_config(run_config(scalefl__kd_form="batchmean"))
 
 
 def _strategy(budgets: list[float]):

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 from flwr.app import Context, Message, MessageType, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.config import get_fused_config_from_dir
+from flwr.common.config import flatten_dict
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid
@@ -23,7 +23,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedapp.client_app import app as client_app
-from fedapp.config import RunConfig, parse_run_config
+from fedapp.config import RunConfig, fused_run_config, parse_run_config
 from fedapp.profiles import NodeRegistry
 from fedapp.server_app import run_experiment
 from fedapp.strategies.base import HeterogeneousStrategy, build_strategy
@@ -35,17 +35,22 @@ FIRST_NODE_ID = 1001
 ReplyHook = Callable[[int, Message], Message | None]
 
 
+def key_of_name(name: str) -> str:
+    """A run-config key from a python name: ``learning_rate`` -> ``learning-rate``,
+    ``fiarse__grid_points`` -> ``fiarse.grid-points``, ``ditto__lambda`` -> ``ditto.lambda``."""
+    return name.replace("__", ".").replace("_", "-")
+
+
 def run_config(**overrides: Any) -> dict[str, Any]:
-    """The app's run config (pyproject defaults) with overrides given as python_names."""
-    return get_fused_config_from_dir(
-        APP_DIR, {k.replace("_", "-"): v for k, v in overrides.items()}
-    )
+    """The app's run config (pyproject defaults) with overrides given as python names
+    (:func:`key_of_name`)."""
+    return fused_run_config(APP_DIR, {key_of_name(k): v for k, v in overrides.items()})
 
 
 def preset_overrides(preset: str) -> dict[str, Any]:
-    """A shipped preset (``conf/<preset>.toml``) as python_name overrides for ``run_config``."""
-    values = tomllib.loads((APP_DIR / "conf" / f"{preset}.toml").read_text())
-    return {k.replace("-", "_"): v for k, v in values.items()}
+    """A shipped preset (``conf/<preset>.toml``) as python-name overrides for ``run_config``."""
+    values = flatten_dict(tomllib.loads((APP_DIR / "conf" / f"{preset}.toml").read_text()))
+    return {k.replace(".", "__").replace("-", "_"): v for k, v in values.items()}
 
 
 def server_context(config: dict[str, Any]) -> Context:

@@ -27,6 +27,8 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, ClassVar
 
+from flwr.common.config import flatten_dict
+
 from fedapp.launcher import APP_DIR as REPO_DIR
 from fedapp.launcher import (
     BIN_DIR,  # noqa: F401  (re-exported: the tests find the venv's tools through it)
@@ -129,7 +131,8 @@ def wait_for_port(port: int, timeout: float, log: Path) -> None:
 def preset_with(directory: Path, preset: str, overrides: Mapping[str, Any], name: str = "") -> Path:
     """A preset with some keys changed, as ``<directory>/<name or preset>.toml``: flwr run takes
     a TOML file or key=value pairs, not both."""
-    config = tomllib.loads((REPO_DIR / "conf" / f"{preset}.toml").read_text()) | dict(overrides)
+    preset_values = tomllib.loads((REPO_DIR / "conf" / f"{preset}.toml").read_text())
+    config = flatten_dict(preset_values) | dict(overrides)
     return write_run_config(directory / f"{name or preset}.toml", config)
 
 

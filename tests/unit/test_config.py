@@ -2,26 +2,70 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
-from dataclasses import fields
+from typing import Any
 
 import pytest
+from flwr.common.config import flatten_dict
 from local_grid import APP_DIR, run_config
 
-from fedapp.config import ConfigError, RunConfig, key_of, parse_run_config, replace
+from fedapp.config import (
+    ConfigError,
+    RunConfig,
+    config_differences,
+    former_keys,
+    fused_run_config,
+    parse_run_config,
+    parse_saved_run_config,
+    protocol_keys,
+    replace,
+)
+from fedapp.methods import METHODS, settings_class, settings_classes
+from fedapp.settings.fedkd_nas import FedKDNASSettings
+from fedapp.settings.fiarse import FiarseSettings
 
 
 def test_every_field_has_a_pyproject_default_and_nothing_else() -> None:
     pyproject = tomllib.loads((APP_DIR / "pyproject.toml").read_text())
-    declared = set(pyproject["tool"]["flwr"]["app"]["config"])
-    assert declared == {key_of(f.name) for f in fields(RunConfig)}
+    declared = set(flatten_dict(pyproject["tool"]["flwr"]["app"]["config"]))
+    assert declared == set(parse_run_config(run_config()).as_run_config())
 
 
-def test_defaults_parse() -> None:
+def test_each_method_section_is_a_pyproject_table_of_dotted_keys() -> None:
+    pyproject = tomllib.loads((APP_DIR / "pyproject.toml").read_text())
+    tables = {
+        k for k, v in pyproject["tool"]["flwr"]["app"]["config"].items() if isinstance(v, dict)
+    }
+    assert tables == {kind.name for kind in settings_classes()}
+    cfg = parse_run_config(run_config(fiarse__grid_points=5, fedkd_nas__lambda=0.25))
+    assert cfg.section(FiarseSettings).grid_points == 5
+    assert cfg.section(FedKDNASSettings).lambda_ == 0.25
+    assert cfg.as_run_config()["fedkd-nas.lambda"] == 0.25
+
+
+def test_shared_ideas_keep_one_name_in_every_section() -> None:
+    """A distillation weight is ``kd-weight`` and its temperature ``kd-temperature`` wherever a
+    method has one."""
+    keys = parse_run_config(run_config()).as_run_config()
+    for section in ("feast", "scalefl", "fedkd-nas", "feddistill"):
+        assert f"{section}.kd-weight" in keys
+    for section in ("scalefl", "fedkd-nas", "feddf"):
+        assert f"{section}.kd-temperature" in keys
+    assert not [
+        k
+        for k in keys
+        if "alpha" in k.split(".")[-1] or "gamma" in k.split(".")[-1]
+        if k not in ("dirichlet-alpha", "gamma", "fedkd-nas.ema-gamma")
+    ]
+
+
+def test_every_method_reads_the_section_its_row_names() -> None:
     cfg = parse_run_config(run_config())
-    assert cfg.strategy == "feast" and cfg.dataset == "mnist-5k"
-    assert cfg.cohort_size == max(cfg.min_train_clients, int(cfg.fraction_train * cfg.num_clients))
-    assert cfg.resolved_out_dir().is_absolute()
+    assert {type(section) for section in cfg.sections} == set(settings_classes())
+    for name in METHODS:
+        kind = settings_class(name)
+        assert kind is None or isinstance(cfg.section(kind), kind)
 
 
 def test_int_is_accepted_where_a_float_is_expected() -> None:
@@ -83,6 +127,56 @@ def test_missing_key_is_reported() -> None:
     del config["seed"]
     with pytest.raises(ConfigError, match="'seed' is missing"):
         parse_run_config(config)
+
+
+@pytest.mark.parametrize(
+    ("old", "value", "new"),
+    [
+        ("fiarse-grid-points", 3, "'fiarse.grid-points'"),
+        ("scalefl-kd-gamma", 0.2, "'scalefl.kd-weight'"),
+        ("kd-alpha", 0.7, "'fedkd-nas.kd-weight'"),
+        ("feddistill-weight", 0.5, "'feddistill.kd-weight'"),
+        ("kd-temperature", 2.0, "'fedkd-nas.kd-temperature' and 'feddf.kd-temperature'"),
+        ("ditto-lambda", 0.1, "'ditto.lambda'"),
+    ],
+)
+def test_a_former_flat_key_names_its_new_spelling(old, value, new) -> None:
+    with pytest.raises(ConfigError) as err:
+        fused_run_config(APP_DIR, {old: value})
+    assert f"run config key '{old}' is now {new}" in str(err.value)
+    with pytest.raises(ConfigError, match=f"'{old}' is now"):
+        parse_run_config(run_config() | {old: value})
+
+
+def test_an_unknown_key_is_reported() -> None:
+    with pytest.raises(ConfigError, match=r"'fiarse\.grid-pionts' is unknown"):
+        fused_run_config(APP_DIR, {"fiarse": {"grid-pionts": 3}})
+
+
+def _flat_spellings(cfg: RunConfig) -> dict[str, Any]:
+    """``cfg`` as the config.json of a run folder written before sections existed."""
+    new_to_old = {new: old for old, news in former_keys().items() for new in news}
+    return {
+        new_to_old.get(key, key): value
+        for key, value in json.loads(json.dumps(cfg.as_run_config())).items()
+    }
+
+
+def test_a_run_folder_saved_with_flat_keys_still_loads() -> None:
+    cfg = parse_run_config(run_config(scalefl__kd_weight=0.3, fiarse__grid_points=4))
+    saved = _flat_spellings(cfg)
+    assert saved["scalefl-kd-gamma"] == 0.3 and saved["fiarse-grid-points"] == 4
+    assert parse_saved_run_config(saved) == cfg
+    assert config_differences(saved, cfg) == {}
+    changed = parse_run_config(run_config(scalefl__kd_weight=0.5, fiarse__grid_points=4))
+    assert config_differences(saved, changed) == {"scalefl.kd-weight": (0.3, 0.5)}
+
+
+def test_protocol_keys_are_derived_from_the_fields() -> None:
+    keys = protocol_keys()
+    assert {"seed", "dataset", "partitioner", "num-server-rounds", "eval-every"} <= keys
+    assert not {"learning-rate", "model", "out-dir", "strategy"} & keys
+    assert not [k for k in keys if "." in k]  # a method's own settings never define the protocol
 
 
 def test_replace_revalidates() -> None:

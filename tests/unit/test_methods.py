@@ -18,8 +18,10 @@ from fedapp.methods import (
     NoClientEvaluator,
     client_evaluator,
     client_trainer,
+    settings_class,
     strategy_class,
 )
+from fedapp.settings.base import Section
 from fedapp.strategies.base import HeterogeneousStrategy
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -40,6 +42,8 @@ def _commented_names(key: str) -> list[str]:
 @pytest.mark.parametrize("name", METHOD_NAMES)
 def test_every_row_names_real_halves(name: str) -> None:
     assert issubclass(strategy_class(name), HeterogeneousStrategy)
+    settings = settings_class(name)
+    assert settings is None or issubclass(settings, Section)
     trainer = client_trainer(name)
     assert list(inspect.signature(trainer).parameters) == ["message", "cfg", "node"]
     if METHODS[name].evaluator is None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from flwr.common.config import flatten_dict
 from local_grid import APP_DIR, run_config
 
-from fedapp.config import parse_run_config
+from fedapp.config import fused_run_config, parse_run_config
 
 PRESETS = sorted((APP_DIR / "conf").glob("*.toml"))
 
@@ -17,7 +18,7 @@ def test_there_are_presets() -> None:
 
 
 def test_the_defaults_are_the_quickstart() -> None:
-    quickstart = tomllib.loads((APP_DIR / "conf" / "quickstart.toml").read_text())
+    quickstart = flatten_dict(tomllib.loads((APP_DIR / "conf" / "quickstart.toml").read_text()))
     assert parse_run_config(run_config()).as_run_config() | quickstart == (
         parse_run_config(run_config()).as_run_config()
     )
@@ -25,8 +26,8 @@ def test_the_defaults_are_the_quickstart() -> None:
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
 def test_preset_is_valid(preset) -> None:
-    overrides = tomllib.loads(preset.read_text())
-    cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in overrides.items()}))
+    overrides = flatten_dict(tomllib.loads(preset.read_text()))
+    cfg = parse_run_config(fused_run_config(APP_DIR, overrides))
     assert cfg.as_run_config() | overrides == cfg.as_run_config()
 
 
