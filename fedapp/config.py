@@ -1,7 +1,9 @@
 """One typed run configuration, validated once at start on the server and on every client.
 
 Defaults live in exactly one place, ``[tool.flwr.app.config]`` of ``pyproject.toml``, which Flower
-fuses with ``--run-config`` overrides; this module only types and checks what arrives. A user
+fuses with ``--run-config`` overrides; this module only types and checks what arrives. Run-wide
+keys are fields of :class:`RunConfig`; the keys one method reads are its section
+(``fedapp.settings``, named by its row of the method table), spelled ``<section>.<key>``. A user
 error becomes a :class:`ConfigError` whose message names the key, the value given and what is
 allowed, so the apps can stop before any training without a traceback.
 """

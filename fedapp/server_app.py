@@ -169,10 +169,17 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
 
 
 def _check_resumable(cfg: RunConfig, run_dir: Path) -> None:
-    """Refuse to resume a run folder made with another configuration, before anything in it is
-    rewritten: continuing would mix two experiments in one set of files. Only the placement keys
+    """Refuse, before anything in it is rewritten, to start afresh in a run folder that holds a
+    run's results, and to resume one made with another configuration: either would overwrite or
+    mix two experiments in one set of files. Only the placement keys
     (``fedapp.config.PLACEMENT_KEYS``) may differ from the folder's config.json."""
     if not cfg.resume:
+        held = [name for name in (SUMMARY_FILE, CHECKPOINT_FILE) if (run_dir / name).exists()]
+        if held:
+            raise ConfigError(
+                f"{run_dir} already holds a run ({', '.join(held)}): set 'resume' = true to "
+                "continue it, or give another 'run-name'; nothing in it was changed"
+            )
         return
     if not (run_dir / CONFIG_FILE).exists():
         if (run_dir / CHECKPOINT_FILE).exists():

@@ -59,7 +59,6 @@ class RoundReport:
     """What happened to the messages of one training round, and when (``time.perf_counter``)."""
 
     sampled: int = 0
-    replied: int = 0
     accepted: int = 0
     client_seconds: float = 0.0  # sum of the accepted clients' own training time
     client_seconds_max: float = 0.0  # the longest of them: no round can be shorter
@@ -228,7 +227,7 @@ class HeterogeneousStrategy(Strategy):
         self.report.aggregate_started = time.perf_counter()
         checked = check_round(server_round, replies, self._expected, self._partition_of)
         valid = checked.valid
-        self.report.replied, self.report.dropped = checked.replied, checked.dropped
+        self.report.dropped = checked.dropped
         self.report.accepted = len(valid)
         seconds = [float(r.metrics.get(TRAIN_SECONDS, 0.0)) for r in valid]
         self.report.client_seconds = float(sum(seconds))

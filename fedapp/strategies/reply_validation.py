@@ -92,7 +92,6 @@ class CheckedRound:
 
     valid: list[ValidReply]  # in partition order: float sums must not depend on arrival order
     dropped: dict[int, str]  # node id -> why its reply was refused, or that none came
-    replied: int
 
 
 def check_round(
@@ -106,10 +105,8 @@ def check_round(
     awaited = dict(expected)
     valid: list[ValidReply] = []
     dropped: dict[int, str] = {}
-    replied = 0
     for message in replies:
         node_id = message.metadata.src_node_id
-        replied += 1
         try:
             if node_id not in awaited:
                 raise InvalidReply("node was not sampled this round")
@@ -128,4 +125,4 @@ def check_round(
     for node_id in awaited:
         dropped[node_id] = "no reply (round timeout, or the node left)"
     valid.sort(key=lambda r: partition_of(r.node_id) or 0)
-    return CheckedRound(valid, dropped, replied)
+    return CheckedRound(valid, dropped)

@@ -105,6 +105,10 @@ def test_a_resume_with_another_config_is_refused_before_any_file_changes(tmp_pat
     assert message.count(" there, ") == 2
     assert _hashes(run_dir) == before
 
+    with pytest.raises(ConfigError, match=r"already holds a run \(summary\.json, checkpoint\.pt\)"):
+        run_local(_config(tmp_path, "kept", num_server_rounds=1), num_nodes=4)  # resume = false
+    assert _hashes(run_dir) == before
+
 
 def test_maxnet_role_counts_survive_the_checkpoint_and_decide_the_next_roles(tmp_path) -> None:
     config = run_config(**DIGITS_FEAST | {"strategy": "superfednas", "out_dir": str(tmp_path)})
