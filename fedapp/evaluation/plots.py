@@ -221,12 +221,18 @@ def plot_methods_accuracy_vs_macs(
             spans += _point_spans(variants)
     if hollow:
         _hollow_legend(ax)
-    for name, accuracy in single.items():
+    # labels alternate between the left and right edge in accuracy order, so that methods a
+    # point or two apart stay readable
+    ranked = sorted(single.items(), key=lambda item: item[1])
+    for rank, (name, accuracy) in enumerate(ranked):
         interval = (single_intervals or {}).get(name)
         ax.axhline(100 * accuracy, linestyle=":", linewidth=1, color="gray")
         if interval is not None:
             ax.axhspan(*_span(accuracy, interval), color="gray", alpha=0.08, linewidth=0)
-        ax.annotate(name, (0, 100 * accuracy), xycoords=("axes fraction", "data"), fontsize=7)
+        edge, align = (0, "left") if rank % 2 == 0 else (1, "right")
+        label = f"{name} {100 * accuracy:.1f} %"
+        coordinates = ("axes fraction", "data")
+        ax.annotate(label, (edge, 100 * accuracy), xycoords=coordinates, fontsize=7, ha=align)
         spans.append(_span(accuracy, interval))
     ax.set_ylim(*accuracy_axis_limits(spans))
     ax.set_xscale("log")
