@@ -25,7 +25,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from flwr.common.config import flatten_dict
 
@@ -41,6 +41,10 @@ from fedapp.launcher import (
 )
 
 DEPLOY_SCRIPTS = REPO_DIR / "scripts" / "deploy"
+#: Several SuperNodes share this machine's cores: one torch thread per process avoids
+#: oversubscription (two 2-thread ClientApps on 2 cores trained 40x slower than 1-thread ones),
+#: and a short SuperExec poll starts each ClientApp sooner. Both are in docs/deployment.md.
+SHARED_CORES_ENV = {"OMP_NUM_THREADS": "1", "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
 RUN_TIMEOUT = 420
 #: The virtual environment SuperNodes run from; empty: the tests' own.
 DEVICE_VENV = os.environ.get("FEDAPP_DEVICE_VENV", "")
@@ -178,19 +182,11 @@ class Federation:
     connection named ``deploy``); each server and device process gets its own FLWR_HOME too.
     """
 
-    #: Several SuperNodes share this machine's cores: one torch thread per process avoids
-    #: oversubscription (it tripled round times on 2 cores), and a short SuperExec poll starts
-    #: each ClientApp sooner. Both are documented in docs/deployment.md.
-    TEST_ENV: ClassVar[dict[str, str]] = {
-        "OMP_NUM_THREADS": "1",
-        "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1",
-    }
-
     def __init__(
         self,
         procs: Processes,
         root: Path,
-        base_env: Mapping[str, str] = TEST_ENV,
+        base_env: Mapping[str, str] = SHARED_CORES_ENV,
         **extra_env: str,
     ) -> None:
         self.procs = procs

@@ -59,7 +59,7 @@ def test_supernodes_train_on_their_own_npz_files(tmp_path: Path) -> None:
     overrides = preset_overrides("fedavg-digits") | {
         "num_clients": 2,
         "fraction_train": 1.0,
-        "num_server_rounds": 2,
+        "num_server_rounds": 1,
         "out_dir": str(out),
         "run_name": "own-data",
     }
@@ -84,10 +84,10 @@ def test_supernodes_train_on_their_own_npz_files(tmp_path: Path) -> None:
         assert result.returncode == 0, log.read_text()[-4000:]
         assert (out / "own-data" / "summary.json").exists(), log.read_text()[-4000:]
         rows = read_rounds(out / "own-data")
-        assert [r["round"] for r in rows] == [1, 2]
-        # both devices trained in every round, each on all of its own file
-        assert [r["clients-accepted"] for r in rows] == [2, 2]
-        assert [r["num-examples"] for r in rows] == [sum(DEVICE_SIZES)] * 2
+        # both devices trained, each on all of its own file
+        assert [(r["round"], r["clients-accepted"], r["num-examples"]) for r in rows] == [
+            (1, 2, sum(DEVICE_SIZES))
+        ]
         assert not (tmp_path / "cache").exists()  # no node computed a shard
         if DEVICE_VENV:  # the devices' Python was the device venv's (start-supernode.sh execs)
             cmdline = Path(f"/proc/{fed.procs.by_name['sn0'].pid}/cmdline").read_bytes()

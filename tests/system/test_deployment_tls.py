@@ -61,15 +61,14 @@ def test_tls_superlink_admits_registered_nodes_only(tmp_path: Path) -> None:
         preset = preset_with(
             tmp_path,
             "fedavg-digits",
-            {"num-clients": 2, "num-server-rounds": 2, "out-dir": str(out), "run-name": "tls"},
+            {"num-clients": 2, "num-server-rounds": 1, "out-dir": str(out), "run-name": "tls"},
         )
         log = tmp_path / "flwr-run.log"
         result = flwr_run(["deploy", "--run-config", str(preset)], fed.env, log)
         assert result.returncode == 0, log.read_text()[-4000:]
         assert (out / "tls" / "summary.json").exists(), log.read_text()[-4000:]
         rows = read_rounds(out / "tls")
-        assert [r["round"] for r in rows] == [1, 2]
-        assert all(r["clients-accepted"] == 2 for r in rows)
+        assert [(r["round"], r["clients-accepted"]) for r in rows] == [(1, 2)]
         if DEVICE_VENV:  # the devices' Python was the device venv's (start-supernode.sh execs)
             cmdline = Path(f"/proc/{fed.procs.by_name['sn0'].pid}/cmdline").read_bytes()
             python = Path(os.fsdecode(cmdline.split(b"\0")[0]))

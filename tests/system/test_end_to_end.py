@@ -9,6 +9,7 @@ from pathlib import Path
 
 from processes import (
     BIN_DIR,
+    SHARED_CORES_ENV,
     flower_env,
     flwr_run,
     free_port,
@@ -75,7 +76,7 @@ def test_deployment_superlink_and_two_supernodes(tmp_path: Path) -> None:
         '[superlink]\ndefault = "deploy"\n\n'
         f'[superlink.deploy]\naddress = "127.0.0.1:{link_port}"\ninsecure = true\n'
     )
-    env = flower_env(home)
+    env = flower_env(home, **SHARED_CORES_ENV)
     out = tmp_path / "out"
     with managed_processes(tmp_path) as procs:
         link_log = procs.start(
@@ -106,7 +107,7 @@ def test_deployment_superlink_and_two_supernodes(tmp_path: Path) -> None:
                     "--node-config",
                     f"partition-id={partition_id} num-partitions=2 budget={budget:.0f}",
                 ],
-                flower_env(tmp_path / f"sn{partition_id}"),
+                flower_env(tmp_path / f"sn{partition_id}", **SHARED_CORES_ENV),
                 tmp_path,
             )
         log = tmp_path / "flwr-run.log"

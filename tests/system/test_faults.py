@@ -180,7 +180,7 @@ def test_bad_replies_are_dropped_and_logged_and_the_model_stays_finite(tmp_path,
 
 
 def test_server_killed_mid_run_resumes_without_lost_or_repeated_rounds(tmp_path: Path) -> None:
-    out, rounds = tmp_path / "out", 3
+    out, rounds = tmp_path / "out", 2
     run_dir = out / "crash"
     database = str(tmp_path / "superlink.db")
     with managed_processes(tmp_path) as procs:
