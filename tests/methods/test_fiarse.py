@@ -14,7 +14,7 @@ from torch import nn
 from torch.func import functional_call
 
 from fedapp.compare import load_comparison
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetInfo
 from fedapp.federated_data import budget_population, population
 from fedapp.models.counter import count
@@ -305,7 +305,7 @@ def _marked(presets: list[tuple[str, dict]]) -> list:
     ]
 
 
-def _conventions(cfg) -> list[tuple[str, str]]:
+def _conventions(cfg: RunConfig) -> list[tuple[str, str]]:
     """Every convention on the 28x28 presets; CIFAR-100's full-size ResNet18 (11M values sorted
     per convention, most of a minute for all of them) under its own preset's only."""
     if cfg.dataset != "cifar100":

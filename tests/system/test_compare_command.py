@@ -54,6 +54,7 @@ def test_rerun_keeps_finished_runs_and_resumes_interrupted_ones(
     assert (fedavg_dir / "checkpoint.pt").exists() and not (fedavg_dir / "summary.json").exists()
     finished = (feast_dir / "summary.json").read_bytes()
     feast = json.loads(finished)
+    assert feast["rounds"] == 2
 
     # another learning rate: both kept runs named with the key and both values, nothing run
     assert cli.main(["compare", "smoke-digits", "--out", str(out), "--set", "learning-rate=0.2"])
