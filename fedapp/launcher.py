@@ -8,7 +8,6 @@ and the SuperLink is left running, with a warning.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -18,6 +17,9 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+import tomli_w
+from flwr.common.config import flatten_dict, unflatten_dict
 
 BIN_DIR = Path(sys.executable).parent
 APP_DIR = Path(__file__).resolve().parents[1]
@@ -117,8 +119,19 @@ def pids_mentioning(text: str) -> list[int]:
 
 
 def write_run_config(path: Path, config: Mapping[str, Any]) -> Path:
-    """A run config (kebab-case keys, TOML values) as a file for ``flwr run --run-config``."""
-    path.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in config.items()))
+    """A run config as a TOML file for ``flwr run --run-config``: kebab-case keys, a method's
+    settings as a dict (``{"fedkd-nas": {"teacher-epochs": 20}}``) or dotted keys
+    (``"fedkd-nas.teacher-epochs"``), both written as the method's table. Flower reads the file
+    back with tomli and flattens it (flwr.common.config.parse_config_args), so values must be
+    what a run config holds: bool, int, float or str."""
+    flat = flatten_dict(dict(config))  # Flower's own check of the value types
+    for key in flat:
+        parent = key.rpartition(".")[0]
+        while parent:
+            if parent in flat:
+                raise ValueError(f"run config: {parent!r} is both a value and a section")
+            parent = parent.rpartition(".")[0]
+    path.write_text(tomli_w.dumps(unflatten_dict(flat)))
     return path
 
 
