@@ -12,11 +12,12 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
 from fedapp.clients.metering import ResourceMeter
+from fedapp.clients.state_store import StateStore
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.extras import MissingExtraError
 from fedapp.data.registry import DatasetUnavailableError
 from fedapp.federated_data import adopt_data_facts
-from fedapp.messages import DATA_FACTS, METRICS, PROFILE
+from fedapp.messages import CONFIG, DATA_FACTS, METRICS, PROFILE, SERVER_ROUND
 from fedapp.methods import NoClientEvaluator, client_evaluator, client_trainer
 from fedapp.profiles import local_node, local_profile
 
@@ -80,14 +81,19 @@ def query(message: Message, context: Context) -> Message:
 
 @app.train()
 def train(message: Message, context: Context) -> Message:
-    """One round of the configured method's local training."""
+    """One round of the configured method's local training, continuing the node's state as of
+    the round before (fedapp.clients.state_store) and keeping it afterwards."""
     try:
         cfg = _config(context, message)
         node = local_node(context.node_config, cfg, context.state)
+        store = StateStore.for_node(context.node_config, context.run_config, cfg, node)
     except USER_ERRORS as err:
         return _refuse(message, err)
+    server_round = int(message.content[CONFIG][SERVER_ROUND])
+    store.prepare(node.state, upto=server_round - 1)
     with ResourceMeter() as meter:
         content = client_trainer(cfg.strategy)(message, cfg, node)
+    store.commit(node.state, server_round)
     if METRICS in content.metric_records:
         content.metric_records[METRICS].update(meter.use.as_metrics())
     return Message(content, reply_to=message)
@@ -99,7 +105,9 @@ def evaluate(message: Message, context: Context) -> Message:
     try:
         cfg = _config(context, message)
         node = local_node(context.node_config, cfg, context.state)
+        store = StateStore.for_node(context.node_config, context.run_config, cfg, node)
         evaluator = client_evaluator(cfg.strategy)
     except (*USER_ERRORS, NoClientEvaluator) as err:
         return _refuse(message, err)
+    store.prepare(node.state, upto=None)
     return Message(evaluator(message, cfg, node), reply_to=message)

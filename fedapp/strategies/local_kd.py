@@ -3,7 +3,9 @@ every client trains alone; evaluation and NAS bookkeeping are FedKD-NAS's."""
 
 from __future__ import annotations
 
-from fedapp.config import RunConfig
+from typing import Any
+
+from fedapp.config import ConfigError, RunConfig
 from fedapp.messages import TARGET
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.strategies.base import State
@@ -18,6 +20,21 @@ class LocalKDStrategy(FedKDNASStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.delivered: set[int] = set()  # partitions that have received the teacher's logits
+
+    def accounts(self) -> dict[str, Any]:
+        """FedKD-NAS's records and the partitions already sent the teacher's logits: a resumed
+        run must not send them again (traffic) nor withhold them from a node that never had them."""
+        return super().accounts() | {"delivered": sorted(self.delivered)}
+
+    def restore_accounts(self, accounts: dict[str, Any]) -> None:
+        super().restore_accounts(accounts)
+        if "delivered" not in accounts:
+            raise ConfigError(
+                "the checkpoint predates Local-KD's record of which nodes hold the teacher's "
+                "logits, so a resume would send them again: resume refused, nothing was changed; "
+                "start a new run (another 'run-name')"
+            )
+        self.delivered = {int(p) for p in accounts["delivered"]}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
         if profile.partition_id in self.delivered or TEACHER not in global_state:
