@@ -93,6 +93,7 @@ def _crash_in_round_2(tmp_path: Path, method: str) -> None:
     assert not (tmp_path / "crash" / "node-state" / "partition-1" / snapshot_name(2)).exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", list(METHODS))
 def test_a_resume_continues_the_node_states_bit_for_bit(
     tmp_path: Path, method: str, uninterrupted: dict[str, dict[str, Any]]
@@ -109,6 +110,7 @@ def test_a_resume_continues_the_node_states_bit_for_bit(
         assert sent and all(len(m.content["arrays"]) == 0 for m in sent)
 
 
+@pytest.mark.slow
 def test_without_the_node_states_a_resume_would_differ(tmp_path: Path, uninterrupted) -> None:
     """The check above can fail: the same crash, the node states deleted before the resume
     (what every resume did before): the global model is the same, the personal ones are not."""
