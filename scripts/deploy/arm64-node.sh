@@ -11,6 +11,8 @@
 #        arm64-node.sh rehearse               scripts/deploy/rehearse-arm64.sh: a SuperLink with
 #                                             TLS and node authentication, two x86 SuperNodes and
 #                                             this one, FedKD-NAS for 3 rounds; prints its figures
+#        arm64-node.sh rehearse --check       without root, qemu or a root build: its run config
+#                                             and every start script's arguments, nothing started
 #
 # Environment:
 #   FEDAPP_ARM64_ROOT     where the root lives (default ~/.cache/fedapp/arm64-bookworm); build
@@ -204,12 +206,16 @@ start_node() {
 }
 
 command=${1:-}
-[[ -n "${command}" ]] || { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ -n "${command}" ]] || { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 case ${command} in
     build) need_host; build_root; install_app ;;
     node) need_host; build_root; install_app; start_node "$@" ;;
     run) need_host; build_root; install_app; in_root "$@" ;;
-    rehearse) need_host; build_root; install_app; exec "${here}/rehearse-arm64.sh" "$@" ;;
+    rehearse)
+        if [[ "${1:-}" == --check ]]; then  # no root, no qemu: the config and the arguments only
+            exec "${here}/rehearse-arm64.sh" --check
+        fi
+        need_host; build_root; install_app; exec "${here}/rehearse-arm64.sh" "$@" ;;
     *) die "unknown command ${command} (build, node, run, rehearse)" ;;
 esac

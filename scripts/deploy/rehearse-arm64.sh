@@ -7,6 +7,10 @@
 # fixed workload, the ClientApp's import time, the run's per-round time, and the aarch64 node's
 # work per round and peak memory. Everything it starts is stopped by PID when it ends.
 #
+# usage: rehearse-arm64.sh [--check]
+#   --check: without qemu or a root, write the run config and read it back as Flower and fedapp
+#            do, make the certificates and keys, and check every start script's arguments
+#            (start-*.sh --check); nothing is started.
 # Environment: FEDAPP_REHEARSAL_DIR (default a new /tmp/fedapp-rehearsal.XXXX), FEDAPP_VENV (the
 # x86 side's virtual environment, default the repository's .venv), FEDAPP_REHEARSAL_ROUNDS (3).
 set -euo pipefail
@@ -26,8 +30,15 @@ names=(x86-0 x86-1 arm64-0)
 say() { echo "rehearsal: $*" >&2; }
 die() { echo "rehearsal: error: $*" >&2; exit 1; }
 
+check=0
+case ${1:-} in
+    "") ;;
+    --check) check=1 ;;
+    *) die "unknown argument $1 (--check or nothing)" ;;
+esac
+
 command -v flower-superlink >/dev/null || die "no flower-superlink in ${venv}/bin (FEDAPP_VENV)"
-grep -q data "${root}/opt/fedapp/.installed" 2>/dev/null \
+[[ ${check} -eq 1 ]] || grep -q data "${root}/opt/fedapp/.installed" 2>/dev/null \
     || die "the root's install lacks the data extra that a node cutting a seeded shard needs: \
 FEDAPP_ARM64_EXTRAS=data,board $here/arm64-node.sh build"
 
@@ -72,7 +83,44 @@ start() {
 
 import_seconds='import time; t = time.perf_counter(); import fedapp.client_app; print(f"{time.perf_counter() - t:.1f}")'
 
+# The run config, written and read back as Flower and fedapp will read it, before anything starts.
+write_config() {
+    python - "${repo}/conf/fedkd-nas-mnist5k.toml" "${work}/run.toml" "${work}/out" "${rounds}" <<'EOF'
+import sys, tomllib
+from pathlib import Path
+from flwr.common.config import get_fused_config_from_dir, parse_config_args
+from fedapp.config import parse_run_config
+from fedapp.launcher import APP_DIR, write_run_config
+preset, target, out, rounds = sys.argv[1:]
+config = tomllib.loads(Path(preset).read_text()) | {
+    "num-clients": 3, "fraction-train": 1.0, "num-server-rounds": int(rounds),
+    "run-name": "arm64-rehearsal", "out-dir": out,
+    "node-wait-timeout": 1800.0,  # the emulated node takes minutes to import and profile
+    "round-timeout": 3600.0,
+}
+write_run_config(Path(target), config)
+parse_run_config(get_fused_config_from_dir(APP_DIR, parse_config_args([target])))
+EOF
+}
+
 say "work folder ${work}"
+write_config
+if [[ ${check} -eq 1 ]]; then
+    say "--check: certificates, keys and every start script's arguments, nothing started"
+    "${here}/make-certs.sh" "${work}/certs" >/dev/null
+    for name in "${names[@]}"; do
+        "${here}/make-node-key.sh" "${work}/keys" "${name}" >/dev/null
+    done
+    "${here}/start-superlink.sh" --host 127.0.0.1 --port 9092 --certs "${work}/certs" \
+        --node-auth --database "${work}/superlink.db" --check
+    for i in 0 1 2; do
+        "${here}/start-supernode.sh" --superlink 127.0.0.1:9092 --partition-id "${i}" \
+            --num-partitions 3 --budget "${budgets[i]}" --port "$((9094 + i))" \
+            --ca "${work}/certs/ca.crt" --key "${work}/keys/${names[i]}" --check
+    done
+    say "check passed: ${work}/run.toml is a run config Flower and fedapp accept"
+    exit 0
+fi
 say "fedapp profile, natively and emulated (one thread, 20 s each)"
 fedapp profile --seconds 20 --json >"${work}/profile-x86_64.json"
 "${here}/arm64-node.sh" run env OMP_NUM_THREADS=1 fedapp profile --seconds 20 --json \
@@ -113,19 +161,6 @@ arm_pid=$(start "${names[2]}" "${here}/arm64-node.sh" node \
     --ca "${work}/certs/ca.crt" --key "${work}/keys/${names[2]}")
 pids+=("${arm_pid}") # started in a subshell, which kept its own list
 
-python - "${repo}/conf/fedkd-nas-mnist5k.toml" "${work}/run.toml" "${work}/out" "${rounds}" <<'EOF'
-import sys, tomllib
-from pathlib import Path
-from fedapp.launcher import write_run_config
-preset, target, out, rounds = sys.argv[1:]
-config = tomllib.loads(Path(preset).read_text()) | {
-    "num-clients": 3, "fraction-train": 1.0, "num-server-rounds": int(rounds),
-    "run-name": "arm64-rehearsal", "out-dir": out,
-    "node-wait-timeout": 1800.0,  # the emulated node takes minutes to import and profile
-    "round-timeout": 3600.0,
-}
-write_run_config(Path(target), config)
-EOF
 say "flwr run: FedKD-NAS on mnist-5k, ${rounds} rounds (the emulated node makes it minutes)"
 started=${SECONDS}
 (cd "${repo}" && timeout 5400 flwr run . rehearsal --stream --run-config "${work}/run.toml") \

@@ -36,6 +36,9 @@ def test_tls_superlink_admits_registered_nodes_only(tmp_path: Path) -> None:
     with managed_processes(tmp_path) as procs:
         fed = Federation(procs, tmp_path)
         script("make-certs.sh", str(certs), env=fed.env, cwd=tmp_path)
+        # the server's folder holds no CA key: that is made beside it, to be moved offline
+        assert sorted(p.name for p in certs.iterdir()) == ["ca.crt", "server.key", "server.pem"]
+        assert (tmp_path / "certs-ca" / "ca.key").is_file()
         for name in ("sn0", "sn1", "stranger"):
             script("make-node-key.sh", str(keys), name, env=fed.env, cwd=tmp_path)
         fed.connect(str(certs / "ca.crt"))
