@@ -16,6 +16,7 @@ Settings alternate within each repetition, so every ratio is measured side by si
 setting runs in a fresh process (the limits are read when torch loads).
 
     python benchmarks/cpu_sensitivity.py [--reps 2]
+    python benchmarks/cpu_sensitivity.py --smoke   # (a) and (b) once each, own kernels, 1 thread
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--child", nargs=2, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="(a) and (b) once, no (c)")
     args = parser.parse_args()
     if args.child:
         kind, arg = args.child
@@ -140,12 +142,15 @@ def main() -> None:
         seconds = measured(int(arg))
         print(json.dumps({"seconds": seconds}))
         return
-    training: dict[str, list[float]] = {name: [] for name in ISA_LIMITS}
-    validation: dict[int, list[float]] = {1: [], 2: []}
-    pairs: dict[int, list[float]] = {1: [], os.cpu_count() or 1: []}
+    limits = dict(list(ISA_LIMITS.items())[:1]) if args.smoke else ISA_LIMITS
+    training: dict[str, list[float]] = {name: [] for name in limits}
+    validation: dict[int, list[float]] = {1: []} if args.smoke else {1: [], 2: []}
+    pairs: dict[int, list[float]] = {} if args.smoke else {1: [], os.cpu_count() or 1: []}
+    if args.smoke:
+        args.reps = 1
     loads: list[float] = []
     for _ in range(args.reps):
-        for name, env in ISA_LIMITS.items():
+        for name, env in limits.items():
             seconds, load = measure("train", env, "1")
             training[name].append(seconds)
             loads.append(load)
@@ -159,7 +164,8 @@ def main() -> None:
             loads.append(load)
     print_ratios("torch / oneDNN kernels", "local training of one round", "x AVX-512", training)
     print_ratios("ServerApp torch threads", "validation of 5 anchors", "x 1 thread", validation)
-    print_ratios("torch threads per actor, 2 at once", "round 1, slower actor", "x 1", pairs)
+    if pairs:
+        print_ratios("torch threads per actor, 2 at once", "round 1, slower actor", "x 1", pairs)
     print(
         f"\n{os.cpu_count()} cores; 1-minute load average at the measurements' starts: "
         f"{min(loads):.1f}-{max(loads):.1f}; {args.reps} repetitions, settings alternating"

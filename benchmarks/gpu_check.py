@@ -9,7 +9,8 @@ the measured data loading.
 
     python benchmarks/gpu_check.py --rounds 3 --clients 10 --per-client 500
     python benchmarks/gpu_check.py --nodes 2 ...    # the same across a 2-node Ray cluster
-    python benchmarks/gpu_check.py --smoke          # CPU: 2 clients, 1 round, tiny data
+    python benchmarks/gpu_check.py --smoke          # CPU: 2 clients, 1 round, tiny data, the
+                                                    # small supernet: checks the script anywhere
 
 With ``--nodes 2`` the run attaches (RAY_ADDRESS) to a local Ray cluster of two nodes on
 127.0.0.1 (fedapp.ray_cluster: ``ray start --head`` and ``ray start --address``), each with half
@@ -26,6 +27,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import tomllib
 from pathlib import Path
@@ -109,6 +111,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.rounds, args.clients, args.per_client, args.gpus_per_client = 1, 2, 40, 0.0
+    elif args.gpus_per_client > 0 and visible_gpus() == 0:
+        sys.exit(
+            "gpu_check: nvidia-smi lists no GPU here; on a CPU machine run --smoke (its CPU "
+            "path), or --gpus-per-client 0 to measure the CPU"
+        )
 
     config = tomllib.loads((ROOT / "conf" / "feast-cifar100.toml").read_text())
     held = 40 if args.smoke else 500
@@ -125,6 +132,8 @@ def main() -> None:
         "anchor-variants": "0,55",
         "device": "cpu" if args.smoke else "auto",
     }
+    if args.smoke:  # the preset's method section goes through, on a supernet a CPU trains fast
+        config |= {"supernet": "feast-small", "variant-cache": "feast-small", "anchor-variants": ""}
     node_cpus = max((os.cpu_count() or 2) // args.nodes, 1)
     federation = (
         f"num-supernodes={args.clients} client-resources-num-cpus={min(2, node_cpus)} "

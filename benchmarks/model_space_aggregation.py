@@ -12,7 +12,8 @@ follow FEAST §3 (100 clients, Zipf s=1.2 over [smallest variant, 1500M]) and ea
 Times are medians over interleaved repetitions; peak extra memory is measured separately with
 tracemalloc (numpy reports its buffers to it) as the peak above what was allocated before.
 
-Run: ``python benchmarks/model_space_aggregation.py [--rounds 3] [--reps 3]``
+Run: ``python benchmarks/model_space_aggregation.py [--rounds 3] [--reps 3]``; ``--smoke``: one
+round of a cohort of 2, one repetition (about 1 GB instead of 2.5 GB).
 """
 
 from __future__ import annotations
@@ -73,7 +74,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="cohorts to aggregate")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per cohort")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="1 round, cohort of 2, 1 repetition")
     args = parser.parse_args()
+    cohort_size = 2 if args.smoke else 10
+    if args.smoke:
+        args.rounds, args.reps = 1, 1
 
     cache = load_cache("feast-cifar100-reference")
     config = cache.config
@@ -97,8 +102,9 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
     for round_ in range(1, args.rounds + 1):
-        cohort = np.random.default_rng(round_).choice(100, size=10, replace=False)
+        cohort = np.random.default_rng(round_).choice(100, size=cohort_size, replace=False)
         weights = [float(w) for w in np.random.default_rng(round_).integers(50, 1800, size=10)]
+        weights = weights[:cohort_size]
         routed: Replies = []
         for client, weight in zip(cohort, weights, strict=True):
             payload = extract(global_state, route(cache, budgets[client]).shapes)

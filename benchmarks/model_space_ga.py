@@ -7,7 +7,8 @@ extrapolation), then the found architectures are scored against the FEAST author
 same targets with the same fitness (higher is better). Everything here counts MACs with a 10-class
 head, as the authors' search did, so both sides face the same constraint.
 
-Run: ``python benchmarks/model_space_ga.py [--workers 2]``
+Run: ``python benchmarks/model_space_ga.py [--workers 2]``; ``--smoke``: population 8 x 2
+generations (seconds; the fitness comparison then means nothing).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 from fedapp.models.arch import load_supernet
 from fedapp.models.cache import Segment, load_cache, search_segments
 from fedapp.models.fitness import fitness_terms
+from fedapp.models.ga import GAParams
 
 SEGMENTS = [Segment(50e6, 600e6, 50, 0.31, 42), Segment(25e6, 75e6, 6, 0.40, 42)]
 
@@ -28,16 +30,21 @@ SEGMENTS = [Segment(50e6, 600e6, 50, 0.31, 42), Segment(25e6, 75e6, 6, 0.40, 42)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="population 8 x 2 generations")
     args = parser.parse_args()
+    params = GAParams(population=8, generations=2) if args.smoke else GAParams()
     config = load_supernet("feast-cifar100", num_classes=10)
     reference = load_cache("feast-cifar100-reference", config)
-    print(f"{os.cpu_count()} CPUs; 56 targets x population 256 x 512 generations\n")
+    print(
+        f"{os.cpu_count()} CPUs; 56 targets x population {params.population} x "
+        f"{params.generations} generations\n"
+    )
     print("| processes | build time (s) | per target (s) |")
     print("|---:|---:|---:|")
     runs = {}
     for workers in sorted({1, args.workers}):
         start = time.perf_counter()
-        runs[workers] = search_segments(config, SEGMENTS, workers=workers)
+        runs[workers] = search_segments(config, SEGMENTS, params, workers=workers)
         seconds = time.perf_counter() - start
         print(f"| {workers} | {seconds:.1f} | {seconds / len(runs[workers]):.2f} |")
     ours = runs[1]

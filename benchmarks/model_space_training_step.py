@@ -14,7 +14,8 @@ slice's gradient into a zero tensor of the parent's shape), a fixed cost that sm
 most; a routed client's tensors are its envelope, so it does not. A second table times inference
 (eval mode, no gradients), which is how the server evaluates and calibrates variants.
 
-Run: ``python benchmarks/model_space_training_step.py [--reps 7] [--threads 2]``
+Run: ``python benchmarks/model_space_training_step.py [--reps 7] [--threads 2]``; ``--smoke``:
+the smallest anchor only, batch 2, one repetition.
 """
 
 from __future__ import annotations
@@ -84,7 +85,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--smoke", action="store_true", help="anchor 0, batch 2, 1 repetition")
     args = parser.parse_args()
+    anchors = ANCHORS[:1] if args.smoke else ANCHORS
+    if args.smoke:
+        args.batch, args.reps = 2, 1
     torch.set_num_threads(args.threads)
 
     cache = load_cache("feast-cifar100-reference")
@@ -95,7 +100,7 @@ def main() -> None:
         f"median of {args.reps} interleaved repetitions\n"
     )
     train_rows, eval_rows = [], []
-    for index in ANCHORS:
+    for index in anchors:
         variant = cache.variants[index]
         supernet.activate(variant.arch)
         static = supernet.subnet(variant.arch)

@@ -11,6 +11,7 @@ its longest client's training and the clients' training summed over P. Only what
 messaging; the line `non-training share` is everything but local training.
 
     python benchmarks/quickstart_breakdown.py [--rounds N] [--keep DIR] [--compare-model DIR]
+    python benchmarks/quickstart_breakdown.py --smoke   # 1 round of 2 clients: checks the script
 """
 
 from __future__ import annotations
@@ -33,9 +34,15 @@ from flwr_runs import ROOT, flwr_run_once
 PARALLEL = os.cpu_count() or 1
 
 
-def run(preset: Path, rounds: int | None, workdir: Path) -> tuple[float, dict[str, Any]]:
+#: --smoke: the preset on 2 clients, both trained, for 1 round of 1 local epoch.
+SMOKE = {"num-clients": 2, "fraction-train": 1.0, "num-server-rounds": 1, "local-epochs": 1}
+
+
+def run(
+    preset: Path, rounds: int | None, workdir: Path, smoke: bool = False
+) -> tuple[float, dict[str, Any]]:
     """Run the preset once with `flwr run`; return (wall seconds, summary.json)."""
-    config = tomllib.loads(preset.read_text())
+    config = tomllib.loads(preset.read_text()) | (SMOKE if smoke else {})
     if rounds:
         config["num-server-rounds"] = rounds
     federation = f"num-supernodes={config['num-clients']} client-resources-num-cpus=1"
@@ -124,10 +131,11 @@ def main() -> None:
     parser.add_argument(
         "--compare-model", type=Path, default=None, help="a kept run to compare model_final.pt to"
     )
+    parser.add_argument("--smoke", action="store_true", help="1 round of 2 clients")
     args = parser.parse_args()
     print(f"before: {machine()}")
     with tempfile.TemporaryDirectory() as tmp:
-        wall, summary = run(args.preset, args.rounds, Path(tmp))
+        wall, summary = run(args.preset, args.rounds, Path(tmp), args.smoke)
         run_dir = Path(tmp) / "out" / "bench"
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
         if args.keep:
