@@ -29,5 +29,6 @@ def flwr_run_once(
     wall = time.perf_counter() - start
     summary_path = workdir / "out" / "bench" / "summary.json"
     if result.returncode != 0 or not summary_path.exists():
-        raise RuntimeError(f"the run failed or wrote no summary; log: {workdir / 'flwr-run.log'}")
+        log = (workdir / "flwr-run.log").read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the run failed or wrote no summary; its log ends:\n{log}")
     return wall, json.loads(summary_path.read_text())
