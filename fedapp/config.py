@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from flwr.common.config import flatten_dict, get_fused_config_from_dir
@@ -62,6 +62,9 @@ class RunConfig:
     min_train_clients: int = setting(at_least(1), protocol=True)
     round_timeout: float = setting(positive())
     node_wait_timeout: float = setting(positive())
+    #: The most of a round's aggregation weight one node's reply may carry (1: no cap): a
+    #: node's examples are its own word, so a cap bounds what one node can claim.
+    max_weight_share: float = setting(fraction(True, 1, False), protocol=True)
     # data and its split between server and clients
     dataset: str = setting(one_of(DATASET_NAMES), protocol=True)
     data_dir: str = setting(protocol=True)
@@ -110,7 +113,13 @@ class RunConfig:
     # evaluation and outputs
     eval_every: int = setting(at_least(1), protocol=True)
     out_dir: str = setting()
-    run_name: str = setting()
+    run_name: str = setting(
+        (
+            lambda v: v == "" or _inside(PurePosixPath(v)),
+            "a relative path inside out-dir without '..' (like 'fedavg-iid' or 'feast/run'), "
+            "or empty for a time-stamped name",
+        )
+    )
     resume: bool = setting()
     tensorboard: bool = setting()  # TensorBoard event files beside the run's files (server only)
     #: Every method's settings section, in method-table order.
@@ -145,6 +154,11 @@ class RunConfig:
 
 
 S = TypeVar("S", bound=Section)
+
+
+def _inside(path: PurePosixPath) -> bool:
+    """Whether ``<out-dir>/<path>`` is a folder below out-dir: a run never writes outside it."""
+    return bool(path.parts) and not path.is_absolute() and ".." not in path.parts
 
 
 def run_fields() -> tuple[Field, ...]:
@@ -297,7 +311,7 @@ def fused_run_config(app_dir: Path, overrides: Mapping[str, Any]) -> dict[str, A
 
 #: Keys added after runs were saved, with the value those runs behaved as: a run folder's
 #: config.json written before a key existed still parses (:func:`parse_saved_run_config`).
-LATER_KEYS: dict[str, Any] = {"tensorboard": False}
+LATER_KEYS: dict[str, Any] = {"tensorboard": False, "max-weight-share": 1.0}
 
 
 def upgraded_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:

@@ -132,20 +132,36 @@ def node_budget(node_config: Mapping[str, Any], cfg: RunConfig, partition_id: in
     return float(value)
 
 
+class ProfileRefused(ValueError):
+    """Why the server cannot accept a node's profile (the message names what is wrong)."""
+
+
 class NodeRegistry:
     """Profiles of the nodes seen so far, keyed by Flower node id (server side).
+
+    A profile is the node's own word, so the server checks it against the run: a partition id in
+    0..num-clients-1 that no other connected node holds, num-partitions equal to num-clients, a
+    non-negative integer number of examples and a finite positive budget. A node that comes back
+    under a new node id with the partition of a node no longer connected replaces that node's
+    profile; a second connected node claiming a held partition is refused.
 
     ``data_facts`` (fedapp.federated_data.data_facts), when given, go with every QUERY, so that a
     node can answer without loading the run's data set for its facts.
     """
 
-    def __init__(self, data_facts: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, num_clients: int, data_facts: Mapping[str, Any] | None = None) -> None:
+        self.num_clients = num_clients
         self.profiles: dict[int, NodeProfile] = {}
+        self.refused: dict[int, str] = {}  # node id -> why its profile was not accepted
         self.data_facts = dict(data_facts or {})
 
     def discover(self, grid: Grid, node_ids: Iterable[int], timeout: float) -> list[str]:
-        """QUERY every node not yet profiled, record valid answers; return the nodes' errors."""
-        unknown = [n for n in node_ids if n not in self.profiles]
+        """QUERY every connected node (``node_ids``) not yet profiled nor refused, record the
+        acceptable answers; return, one line each, why a node rejected the run or was refused
+        (each also logged; a refused node is not asked again)."""
+        node_ids = list(node_ids)
+        connected = set(node_ids)
+        unknown = [n for n in node_ids if n not in self.profiles and n not in self.refused]
         errors: list[str] = []
         if not unknown:
             return errors
@@ -157,14 +173,37 @@ class NodeRegistry:
             node_id = reply.metadata.src_node_id
             if reply.has_error():
                 log(WARNING, "node %s failed the handshake: %s", node_id, reply.error.reason)
-                errors.append(reply.error.reason)
+                errors.append(f"a node rejected the run: {reply.error.reason}")
                 continue
             try:
-                self.profiles[node_id] = _parse_profile(node_id, reply.content)
-            except (KeyError, TypeError, ValueError) as err:
-                log(WARNING, "node %s sent a malformed profile (%s); ignored", node_id, err)
+                self._accept(_parse_profile(node_id, reply.content, self.num_clients), connected)
+            except Exception as err:  # a profile is the node's word: refused, never a crash
+                reason = str(err) if isinstance(err, ProfileRefused) else f"malformed ({err!r})"
+                self.refused[node_id] = reason
+                log(WARNING, "node %s left out: its profile is refused: %s", node_id, reason)
+                errors.append(f"node {node_id}'s profile cannot be accepted: {reason}")
         log(INFO, "handshake: %d node(s) profiled", len(self.profiles))
         return errors
+
+    def _accept(self, profile: NodeProfile, connected: set[int]) -> None:
+        """Record a checked profile unless a connected node holds its partition already; a node
+        that is gone gives its partition up to the newcomer (the same device, reconnected)."""
+        for node_id, held in list(self.profiles.items()):
+            if held.partition_id != profile.partition_id:
+                continue
+            if node_id in connected:
+                raise ProfileRefused(
+                    f"partition-id {profile.partition_id} is held by connected node {node_id}"
+                )
+            del self.profiles[node_id]
+            log(
+                INFO,
+                "node %s replaces node %s (gone) as partition %d",
+                profile.node_id,
+                node_id,
+                profile.partition_id,
+            )
+        self.profiles[profile.node_id] = profile
 
     def _query_content(self) -> RecordDict:
         if not self.data_facts:
@@ -172,12 +211,13 @@ class NodeRegistry:
         return RecordDict({DATA_FACTS: ConfigRecord(self.data_facts)})
 
     def wait_for(self, grid: Grid, count: int, timeout: float, poll: float = 1.0) -> None:
-        """Wait until ``count`` nodes are connected and profiled, or stop with a clear error."""
+        """Wait until ``count`` nodes are connected and profiled, or stop with a clear error
+        (a node that rejects the run, or whose profile the server cannot accept, stops it)."""
         deadline = time.monotonic() + timeout
         while True:
             errors = self.discover(grid, grid.get_node_ids(), timeout)
             if errors:
-                raise ConfigError(f"a node rejected the run: {errors[0]}")
+                raise ConfigError(errors[0])
             if len(self.profiles) >= count:
                 return
             if time.monotonic() > deadline:
@@ -189,17 +229,32 @@ class NodeRegistry:
             time.sleep(poll)
 
 
-def _parse_profile(node_id: int, content: RecordDict) -> NodeProfile:
+def _parse_profile(node_id: int, content: RecordDict, num_clients: int) -> NodeProfile:
+    """A node's QUERY reply as its profile; ProfileRefused saying what the run cannot accept."""
     record = content.config_records[PROFILE]
-    budget = float(record["budget"])
-    num_examples = int(record["num-examples"])
-    if not math.isfinite(budget) or budget <= 0 or num_examples < 0:
-        raise ValueError(f"budget {budget}, num-examples {num_examples}")
+    partition_id, num_partitions = record["partition-id"], record["num-partitions"]
+    num_examples, budget = record["num-examples"], record["budget"]
+    if not _is_int(num_partitions) or num_partitions != num_clients:
+        raise ProfileRefused(
+            f"num-partitions = {num_partitions!r}, but the run has 'num-clients' = {num_clients}"
+        )
+    if not _is_int(partition_id) or not 0 <= partition_id < num_clients:
+        raise ProfileRefused(f"partition-id = {partition_id!r} is outside 0..{num_clients - 1}")
+    if not _is_int(num_examples) or num_examples < 0:
+        raise ProfileRefused(f"num-examples = {num_examples!r} is not a non-negative integer")
+    if not isinstance(budget, int | float) or isinstance(budget, bool):
+        raise ProfileRefused(f"budget = {budget!r} is not a number of MACs")
+    if not math.isfinite(budget) or budget <= 0:
+        raise ProfileRefused(f"budget = {budget!r} is not a finite positive number of MACs")
     return NodeProfile(
         node_id=node_id,
-        partition_id=int(record["partition-id"]),
-        num_partitions=int(record["num-partitions"]),
+        partition_id=partition_id,
+        num_partitions=num_partitions,
         num_examples=num_examples,
-        budget=budget,
+        budget=float(budget),
         device=str(record["device"]),
     )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

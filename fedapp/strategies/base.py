@@ -4,8 +4,10 @@ A method only says what each node receives (``train_payload``, ``train_config``)
 replies become the new global state (``aggregate``). Flower's hooks (``configure_train``,
 ``aggregate_train``) compose the rest the same way for all of them, so ``Strategy.start`` runs
 any method: a seeded cohort (``CohortSampler``), one message per node, every reply checked
-against what was sent (``check_round``: a bad one is dropped with a logged reason), and each
-accepted client-round recorded once in the run's accounts (``RunAccounts``).
+against what was sent and what the server knows of its node (``check_round``: a bad one is
+dropped with a logged reason), each node's share of the round's weight capped where
+``max-weight-share`` says so, an aggregate that is not finite refused, and each accepted
+client-round recorded once in the run's accounts (``RunAccounts``).
 """
 
 from __future__ import annotations
@@ -48,7 +50,14 @@ from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import from_record, to_record
 from fedapp.strategies.client_evaluation import client_evaluation, unweighted_mean
 from fedapp.strategies.cohort import CohortSampler
-from fedapp.strategies.reply_validation import ArraySpec, ValidReply, check_round, spec_of
+from fedapp.strategies.reply_validation import (
+    ArraySpec,
+    ReplySchema,
+    ValidReply,
+    cap_shares,
+    check_round,
+    spec_of,
+)
 from fedapp.training.loops import resolve_device
 
 State = dict[str, np.ndarray]
@@ -83,7 +92,7 @@ class HeterogeneousStrategy(Strategy):
         self.rounds_done = 0
         #: The last training round's example-weighted client metrics (None: no valid reply).
         self.round_metrics: dict[str, float | int] | None = None
-        self._expected: dict[int, dict[str, ArraySpec]] = {}
+        self._expected: dict[int, ReplySchema] = {}
         self._global: State = {}
         self._sent: dict[int, tuple[int, int]] = {}  # node id -> (params, bytes) of its payload
         self._grid: Grid | None = None  # kept for methods whose models live on the clients
@@ -140,6 +149,23 @@ class HeterogeneousStrategy(Strategy):
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         """What a valid reply must contain (default: the payload's names, shapes and dtypes)."""
         return spec_of(payload)
+
+    #: The scalar metrics a method reads from every training reply besides num-examples.
+    reply_metrics: frozenset[str] = frozenset()
+
+    def read_reply(self, reply: ValidReply) -> None:
+        """A method's own reading of a reply that passed the common checks (e.g. the NAS
+        choice it names); whatever it raises drops the reply with the reason logged."""
+
+    def reply_schema(self, profile: NodeProfile, payload: State) -> ReplySchema:
+        """What a node's training reply must hold: ``expected_reply``'s arrays, the method's
+        ``reply_metrics``, and no more examples than the node's profile holds."""
+        return ReplySchema(
+            arrays=self.expected_reply(profile, payload),
+            metrics=self.reply_metrics,
+            max_examples=profile.num_examples,
+            read=self.read_reply,
+        )
 
     def reference_params(self, global_state: State) -> int:
         """The parameter count that communication reductions are measured against (default:
@@ -201,7 +227,7 @@ class HeterogeneousStrategy(Strategy):
         messages = []
         for profile in self.sample_cohort(server_round, grid):
             payload = self.train_payload(profile, self._global)
-            self._expected[profile.node_id] = self.expected_reply(profile, payload)
+            self._expected[profile.node_id] = self.reply_schema(profile, payload)
             self._sent[profile.node_id] = (
                 self.payload_params(profile, payload),
                 sum(a.nbytes for a in payload.values()),
@@ -223,10 +249,11 @@ class HeterogeneousStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[State | None, dict[str, float | int] | None]:
         """New global state and example-weighted metrics from the valid replies (None, None
-        when no reply is valid: the global state stays as it was)."""
+        when no reply is valid; None for a state that is not finite: the global state then
+        stays as it was)."""
         self.report.aggregate_started = time.perf_counter()
         checked = check_round(server_round, replies, self._expected, self._partition_of)
-        valid = checked.valid
+        valid = cap_shares(checked.valid, self.cfg.max_weight_share)
         self.report.dropped = checked.dropped
         self.report.accepted = len(valid)
         seconds = [float(r.metrics.get(TRAIN_SECONDS, 0.0)) for r in valid]
@@ -247,19 +274,37 @@ class HeterogeneousStrategy(Strategy):
                 reply.metrics,
             )
             self.accounting.trained_points.update(self.points_trained(profile))
-        return self.aggregate(server_round, valid, self._global), weighted_metrics(valid)
+        state = self.aggregate(server_round, valid, self._global)
+        return finite_or_none(server_round, state), weighted_metrics(valid)
 
     def _partition_of(self, node_id: int) -> int | None:
         profile = self.nodes.profiles.get(node_id)
         return None if profile is None else profile.partition_id
 
     # ---- evaluation of models that live on the clients ---------------------------------------
-    def client_evaluation(self, split: str) -> list[dict[str, float | int]]:
+    #: The scalar metrics a method reads from every evaluation reply besides accuracy and loss.
+    evaluation_metrics: frozenset[str] = frozenset()
+
+    def read_evaluation(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A method's own reading of a valid evaluation row (default: the row as it is);
+        whatever it raises drops the reply with the reason logged."""
+        return row
+
+    def client_evaluation(self, split: str) -> list[dict[str, Any]]:
         """Every profiled node evaluates its own model on a server-held split
-        (``fedapp.strategies.client_evaluation``). For methods without a global model."""
+        (``fedapp.strategies.client_evaluation``), claiming no more examples than the split
+        holds. For methods without a global model."""
         if self._grid is None:
             raise RuntimeError("client evaluation needs a grid: run a training round first")
-        return client_evaluation(self._grid, self.nodes, split, self.cfg.round_timeout)
+        return client_evaluation(
+            self._grid,
+            self.nodes,
+            split,
+            self.cfg.round_timeout,
+            split_size=len(server_set(self.cfg, split).labels),
+            required=self.evaluation_metrics,
+            read=self.read_evaluation,
+        )
 
     def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, float | int]]]:
         """Unweighted mean accuracy and loss over the clients' own models on a split (NaN when
@@ -288,9 +333,8 @@ class HeterogeneousStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         state, self.round_metrics = self.aggregate_round(server_round + self.rounds_done, replies)
         self.report.aggregate_ended = time.perf_counter()
-        if state is None or self.round_metrics is None:
-            return None, None
-        return to_record(state), MetricRecord(self.round_metrics)
+        metrics = None if self.round_metrics is None else MetricRecord(self.round_metrics)
+        return (None if state is None else to_record(state)), metrics
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -337,14 +381,34 @@ def float_elements(state: State) -> int:
 
 
 def weighted_metrics(replies: list[ValidReply]) -> dict[str, float | int]:
-    """Example-weighted mean of every scalar metric the replies share; examples are summed."""
-    total = sum(r.num_examples for r in replies)
+    """Example-weighted mean (by each reply's ``weight``) of every scalar metric the replies
+    share; examples are summed."""
+    total = sum(r.weight for r in replies)
     shared = set.intersection(*(set(r.metrics) for r in replies)) - {NUM_EXAMPLES}
-    out: dict[str, float | int] = {NUM_EXAMPLES: total}
+    out: dict[str, float | int] = {NUM_EXAMPLES: sum(r.num_examples for r in replies)}
     for key in sorted(shared):
         if all(isinstance(r.metrics[key], int | float) for r in replies):
-            out[key] = sum(float(r.metrics[key]) * r.num_examples for r in replies) / total
+            out[key] = sum(float(r.metrics[key]) * r.weight for r in replies) / total
     return out
+
+
+def finite_or_none(server_round: int, state: State) -> State | None:
+    """The aggregated state, or None (the round keeps the previous one, and says so) where
+    one of its floating-point values is not finite: a checkpoint never holds inf or NaN."""
+    broken = [
+        name
+        for name, array in state.items()
+        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all()
+    ]
+    if not broken:
+        return state
+    log(
+        WARNING,
+        "round %d: the aggregated state is not finite (%s); refused, the previous state is kept",
+        server_round,
+        ", ".join(broken[:3]),
+    )
+    return None
 
 
 def build_strategy(cfg: RunConfig, nodes: NodeRegistry) -> HeterogeneousStrategy:

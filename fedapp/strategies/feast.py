@@ -61,7 +61,7 @@ class FeastStrategy(CachedSupernetStrategy):
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         accumulator = SliceAccumulator(global_state)
         for reply in replies:
-            accumulator.add(reply.arrays, weight=reply.num_examples)
+            accumulator.add(reply.arrays, weight=reply.weight)
         return accumulator.result()
 
     # ---- evaluation ---------------------------------------------------------------------------

@@ -44,7 +44,7 @@ class FedAvgStrategy(HeterogeneousStrategy):
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         accumulator = SliceAccumulator(global_state)
         for reply in replies:
-            accumulator.add(reply.arrays, weight=reply.num_examples)
+            accumulator.add(reply.arrays, weight=reply.weight)
         return accumulator.result()
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:

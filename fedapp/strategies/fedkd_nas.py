@@ -61,7 +61,7 @@ from fedapp.run_models import memory_budget, run_family
 from fedapp.settings.fedkd_nas import FedKDNASSettings
 from fedapp.strategies.base import State
 from fedapp.strategies.client_held import ClientHeldStrategy
-from fedapp.strategies.reply_validation import ArraySpec, ValidReply
+from fedapp.strategies.reply_validation import ArraySpec, InvalidReply, ValidReply
 from fedapp.training.distillation import predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 from fedapp.training.loops import (
@@ -148,6 +148,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
         self.teachers: list[torch.nn.Module] = []
         self.nas_rows: list[dict[str, Any]] = []
         self.exchange: dict[str, float] = {}  # this round's agreement metrics
+        self._choices: dict[int, dict[str, Any]] = {}  # node id -> its reply's NAS choice
 
     def accounts(self) -> dict[str, Any]:
         """The base's records and every client-round's NAS choice (summary.json counts them)."""
@@ -202,7 +203,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
         self._log_choices(server_round, replies)
         aggregated = aggregate_logits(
             [r.arrays[LOGITS] for r in replies],
-            [r.num_examples for r in replies],
+            [r.weight for r in replies],
             self.settings.logit_aggregation,
             self.settings.trim_fraction,
         )
@@ -223,27 +224,43 @@ class FedKDNASStrategy(ClientHeldStrategy):
 
     def candidate_name(self, multiplier: float) -> str:
         """The family candidate a client reported by its multiplier (metrics carry no strings)."""
-        return next(c.name for c in self.candidates if c.multiplier == float(multiplier))
+        for candidate in self.candidates:
+            if candidate.multiplier == float(multiplier):
+                return candidate.name
+        raise InvalidReply(f"multiplier {multiplier!r} names no candidate of the family")
 
-    def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, Any]]]:
-        """The clients' mean, each client's row naming its student."""
-        mean, rows = super().client_mean(split)
-        return mean, [row | {"candidate": self.candidate_name(row[MULTIPLIER])} for row in rows]
+    #: Every reply names its student, rival and reason, and the NAS figures nas_choices.csv keeps.
+    reply_metrics = frozenset({NAS_MULTIPLIER, NAS_REASON, NAS_RIVAL_MULTIPLIER, *NAS_METRICS})
+    #: Every evaluation names the student it measured.
+    evaluation_metrics = frozenset({MULTIPLIER})
+
+    def read_reply(self, reply: ValidReply) -> None:
+        """The NAS choice a reply names, read while it is checked: an unknown student, rival or
+        reason drops the reply."""
+        metrics = reply.metrics
+        reason, rival = metrics[NAS_REASON], metrics[NAS_RIVAL_MULTIPLIER]
+        if reason not in range(len(NAS_REASONS)):
+            raise InvalidReply(f"metric {NAS_REASON} = {reason!r} names no reason")
+        self._choices[reply.node_id] = {
+            "candidate": self.candidate_name(metrics[NAS_MULTIPLIER]),
+            "reason": NAS_REASONS[int(reason)],
+            "rival": self.candidate_name(rival) if rival != NO_RIVAL else "",
+        } | {key: metrics[key] for key in NAS_METRICS}
+
+    def read_evaluation(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Each client's row names its student."""
+        return row | {"candidate": self.candidate_name(row[MULTIPLIER])}
 
     def _log_choices(self, server_round: int, replies: list[ValidReply]) -> None:
         for reply in replies:
             profile = self.nodes.profiles[reply.node_id]
-            rival = reply.metrics[NAS_RIVAL_MULTIPLIER]
             self.nas_rows.append(
                 {
                     "round": server_round,
                     "partition": profile.partition_id,
                     "budget": profile.budget,
-                    "candidate": self.candidate_name(reply.metrics[NAS_MULTIPLIER]),
-                    "reason": NAS_REASONS[int(reply.metrics[NAS_REASON])],
-                    "rival": self.candidate_name(rival) if rival != NO_RIVAL else "",
                 }
-                | {key: reply.metrics[key] for key in NAS_METRICS}
+                | self._choices.pop(reply.node_id)
             )
 
     def teacher_test(self, data: ImageArrays) -> dict[str, float] | None:

@@ -62,7 +62,7 @@ def maxnet_weight(t: int, decay_rounds: float) -> float:
 
 
 def maxnet_weights(
-    roles: Sequence[str], examples: Sequence[int], w_max: float, by_examples: bool
+    roles: Sequence[str], examples: Sequence[float], w_max: float, by_examples: bool
 ) -> list[float]:
     """Aggregation weight of each accepted reply.
 
@@ -261,7 +261,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
         partitions = [self.nodes.profiles[r.node_id].partition_id for r in replies]
         weights = maxnet_weights(
             [self.assigned[pid].role for pid in partitions],
-            [r.num_examples for r in replies],
+            [r.weight for r in replies],
             maxnet_weight(server_round - 1, self.decay_rounds),
             self.weight_examples,
         )

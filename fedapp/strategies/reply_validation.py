@@ -1,18 +1,55 @@
-"""Reply validation: a bad client reply is dropped and logged, never averaged in."""
+"""Reply validation: a bad client reply is dropped and logged, never averaged in.
+
+Every reply is the node's own word, so it is read against what the server knows: the arrays it
+was sent (names, shapes and dtypes, checked from each array's header before its bytes are
+decoded; names it was not sent are refused undecoded), the metrics the method reads (scalars,
+finite; times, CPU and memory figures not negative) and how many examples the node can have
+used (its profile's training examples, or the size of the split it evaluated). Any failure
+while reading a reply, also inside a method's own reading of it (``ReplySchema.read``), drops
+that reply alone with its reason: no reply can stop a round.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from logging import WARNING
+from typing import Any
 
 import numpy as np
-from flwr.app import Message
+from flwr.app import Array, Message
+from flwr.common.constant import SType
 from flwr.common.logger import log
 
-from fedapp.messages import ARRAYS, METRICS, NUM_EXAMPLES
-from fedapp.records import from_record
+from fedapp.messages import (
+    ARRAYS,
+    COMPUTE_METRIC,
+    CPU_PERCENT,
+    METRICS,
+    NUM_EXAMPLES,
+    PEAK_RSS_MB,
+    TORCH_THREADS,
+    TRAIN_LOSS,
+    TRAIN_SECONDS,
+    TRAIN_STEPS,
+    WALL_SECONDS,
+)
+
+#: Metrics the server reads as one number wherever a reply carries them (the round's timing,
+#: the accounts and summary.json), and those of them that cannot be negative.
+SCALAR_METRICS = frozenset(
+    {NUM_EXAMPLES, TRAIN_LOSS, TRAIN_STEPS, TRAIN_SECONDS, COMPUTE_METRIC, CPU_PERCENT,
+     PEAK_RSS_MB, WALL_SECONDS, TORCH_THREADS}
+)  # fmt: skip
+NON_NEGATIVE_METRICS = frozenset(
+    {TRAIN_STEPS, TRAIN_SECONDS, COMPUTE_METRIC, CPU_PERCENT, PEAK_RSS_MB, WALL_SECONDS,
+     TORCH_THREADS}
+)  # fmt: skip
+#: Bytes a numpy-serialised array may hold beyond its values (np.save's header: 128 bytes for
+#: the shapes fedapp sends, a multiple of 64 in general).
+NPY_HEADER_ALLOWANCE = 4096
 
 
 @dataclass(frozen=True)
@@ -22,6 +59,10 @@ class ArraySpec:
     shape: tuple[int, ...]
     dtype: str
 
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
 
 @dataclass(frozen=True)
 class ValidReply:
@@ -30,14 +71,37 @@ class ValidReply:
     node_id: int
     arrays: dict[str, np.ndarray]
     metrics: dict[str, float | int]
+    #: Its aggregation weight where ``max-weight-share`` capped it (None: its num-examples).
+    capped_weight: float | None = None
 
     @property
     def num_examples(self) -> int:
         return int(self.metrics[NUM_EXAMPLES])
 
+    @property
+    def weight(self) -> float | int:
+        """What the reply weighs in every sample-weighted mean of its round."""
+        return self.num_examples if self.capped_weight is None else self.capped_weight
+
 
 class InvalidReply(ValueError):
     """Why a reply was refused (the message is logged)."""
+
+
+def _no_reading(reply: ValidReply) -> None:
+    """The default of ``ReplySchema.read``: a method with nothing of its own to read."""
+
+
+@dataclass(frozen=True)
+class ReplySchema:
+    """What one node's reply must hold: its arrays, the scalar metrics the method reads besides
+    num-examples, the most examples it can claim (None: no bound), and ``read``, the method's
+    own reading of an otherwise valid reply (anything it raises drops the reply)."""
+
+    arrays: Mapping[str, ArraySpec]
+    metrics: frozenset[str] = frozenset()
+    max_examples: int | None = None
+    read: Callable[[ValidReply], None] = field(default=_no_reading, compare=False)
 
 
 def spec_of(state: Mapping[str, np.ndarray]) -> dict[str, ArraySpec]:
@@ -45,45 +109,119 @@ def spec_of(state: Mapping[str, np.ndarray]) -> dict[str, ArraySpec]:
     return {name: ArraySpec(tuple(a.shape), str(a.dtype)) for name, a in state.items()}
 
 
-def validate_reply(message: Message, expected: Mapping[str, ArraySpec]) -> ValidReply:
-    """Check a training reply against what was sent; raise InvalidReply saying what is wrong."""
+def decode_array(name: str, array: Any, spec: ArraySpec) -> np.ndarray:
+    """One reply array, checked against its spec from its header and byte count before its
+    bytes are decoded, and its decoded values after."""
+    if not isinstance(array, Array) or array.stype != SType.NUMPY:
+        kind = getattr(array, "stype", type(array).__name__)
+        raise InvalidReply(f"{name}: not a numpy-serialised array ({kind})")
+    shape = tuple(array.shape)
+    if shape != spec.shape or array.dtype != spec.dtype:
+        raise InvalidReply(
+            f"{name}: got {array.dtype}{list(shape)}, expected {spec.dtype}{list(spec.shape)}"
+        )
+    size = len(array.data)
+    if not spec.nbytes <= size <= spec.nbytes + NPY_HEADER_ALLOWANCE:
+        raise InvalidReply(f"{name}: {size} bytes for {spec.nbytes} bytes of values")
+    try:
+        values = array.numpy()
+    except Exception as err:  # whatever np.load makes of bytes that are no .npy
+        raise InvalidReply(f"{name}: undecodable ({type(err).__name__}: {err})") from None
+    if tuple(values.shape) != spec.shape or str(values.dtype) != spec.dtype:
+        raise InvalidReply(
+            f"{name}: decodes to {values.dtype}{list(values.shape)}, its header says "
+            f"{spec.dtype}{list(spec.shape)}"
+        )
+    if np.issubdtype(values.dtype, np.floating) and not np.isfinite(values).all():
+        raise InvalidReply(f"{name}: non-finite values")
+    return values
+
+
+def validate_reply(message: Message, schema: ReplySchema) -> ValidReply:
+    """Check a training reply against its schema; raise InvalidReply saying what is wrong."""
     node_id = message.metadata.src_node_id
     if message.has_error():
         raise InvalidReply(f"node failed: {message.error.reason}")
     content = message.content
     if ARRAYS not in content.array_records or METRICS not in content.metric_records:
         raise InvalidReply(f"reply lacks '{ARRAYS}' or '{METRICS}' records")
-    arrays = from_record(content.array_records[ARRAYS])
-    if set(arrays) != set(expected):
-        missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+    metrics = validate_metrics(message, schema.metrics, schema.max_examples)
+    record = content.array_records[ARRAYS]
+    names = set(record.keys())
+    if names != set(schema.arrays):
+        missing = sorted(set(schema.arrays) - names)
+        extra = sorted(names - set(schema.arrays))
         raise InvalidReply(f"wrong keys: missing {missing[:3]}, unexpected {extra[:3]}")
-    for name, array in arrays.items():
-        spec = expected[name]
-        if tuple(array.shape) != spec.shape or str(array.dtype) != spec.dtype:
-            raise InvalidReply(
-                f"{name}: got {array.dtype}{list(array.shape)}, "
-                f"expected {spec.dtype}{list(spec.shape)}"
-            )
-        if np.issubdtype(array.dtype, np.floating) and not np.isfinite(array).all():
-            raise InvalidReply(f"{name}: non-finite values")
-    return ValidReply(node_id=node_id, arrays=arrays, metrics=validate_metrics(message))
+    arrays = {name: decode_array(name, record[name], spec) for name, spec in schema.arrays.items()}
+    reply = ValidReply(node_id=node_id, arrays=arrays, metrics=metrics)
+    schema.read(reply)
+    return reply
 
 
-def validate_metrics(message: Message) -> dict[str, float | int]:
-    """The reply's metrics if they are finite and count a positive number of examples."""
+def validate_metrics(
+    message: Message, required: Iterable[str] = (), max_examples: int | None = None
+) -> dict[str, float | int]:
+    """The reply's metrics, if every one is finite, the ``required`` ones and those the server
+    reads (SCALAR_METRICS) are single numbers (times, CPU and memory not negative), and its
+    positive integer num-examples is no more than ``max_examples``."""
     if message.has_error():
         raise InvalidReply(f"node failed: {message.error.reason}")
     if METRICS not in message.content.metric_records:
         raise InvalidReply(f"reply lacks the '{METRICS}' record")
     metrics = dict(message.content.metric_records[METRICS])
+    missing = sorted(set(required) - set(metrics))
+    if missing:
+        raise InvalidReply(f"reply lacks the metrics {missing[:3]}")
     for key, value in metrics.items():
         values = value if isinstance(value, list) else [value]
-        if not all(math.isfinite(v) for v in values):
+        if not all(_is_number(v) and math.isfinite(v) for v in values):
             raise InvalidReply(f"metric {key} is not finite")
+        if (key in SCALAR_METRICS or key in required) and not _is_number(value):
+            raise InvalidReply(f"metric {key} must be one number, got {type(value).__name__}")
+        if key in NON_NEGATIVE_METRICS and value < 0:
+            raise InvalidReply(f"metric {key} = {value!r} is negative")
     examples = metrics.get(NUM_EXAMPLES)
-    if not isinstance(examples, int) or examples <= 0:
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples <= 0:
         raise InvalidReply(f"metric {NUM_EXAMPLES} must be a positive integer, got {examples!r}")
+    if max_examples is not None and examples > max_examples:
+        raise InvalidReply(
+            f"metric {NUM_EXAMPLES} = {examples} is more than the {max_examples} examples the "
+            "node can have used"
+        )
     return metrics
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def capped_weights(weights: Sequence[float | int], share: float) -> list[float | int]:
+    """The weights with none above ``share`` of their sum: the largest are lowered to one common
+    cap T solving T = share * (k * T + the rest), the others kept as they are (unchanged when
+    ``share`` >= 1 or every weight already is below it). A share below 1/K, which K weights
+    cannot meet, makes them equal."""
+    if share >= 1 or len(weights) < 2 or max(weights) <= share * sum(weights):
+        return list(weights)
+    if share * len(weights) <= 1:
+        return [min(weights)] * len(weights)
+    rest = float(sum(weights))
+    cap = share * rest
+    for capped, weight in enumerate(sorted(weights, reverse=True)):
+        cap = share * rest / (1 - capped * share)
+        if weight <= cap:
+            break
+        rest -= weight
+    return [min(w, cap) for w in weights]
+
+
+def cap_shares(replies: list[ValidReply], share: float) -> list[ValidReply]:
+    """The round's replies with their weights capped at ``share`` of the round's (as they are
+    when no weight exceeds it)."""
+    weights = capped_weights([r.num_examples for r in replies], share)
+    return [
+        r if w == r.num_examples else dataclasses.replace(r, capped_weight=float(w))
+        for r, w in zip(replies, weights, strict=True)
+    ]
 
 
 @dataclass
@@ -97,11 +235,12 @@ class CheckedRound:
 def check_round(
     server_round: int,
     replies: Iterable[Message],
-    expected: Mapping[int, Mapping[str, ArraySpec]],
+    expected: Mapping[int, ReplySchema],
     partition_of: Callable[[int], int | None],
 ) -> CheckedRound:
     """Check every reply against what its node was sent; a refused one is logged with its
-    reason, as is every sampled node that did not answer."""
+    reason, as is every sampled node that did not answer. Whatever reading a reply raises drops
+    that reply, never the round."""
     awaited = dict(expected)
     valid: list[ValidReply] = []
     dropped: dict[int, str] = {}
@@ -111,8 +250,8 @@ def check_round(
             if node_id not in awaited:
                 raise InvalidReply("node was not sampled this round")
             valid.append(validate_reply(message, awaited.pop(node_id)))
-        except InvalidReply as err:
-            dropped[node_id] = str(err)
+        except Exception as err:  # a lying or broken node's reply: dropped, the round goes on
+            dropped[node_id] = reason_of(err)
             partition = partition_of(node_id)
             log(
                 WARNING,
@@ -120,9 +259,16 @@ def check_round(
                 server_round,
                 node_id,
                 "?" if partition is None else partition,
-                err,
+                dropped[node_id],
             )
     for node_id in awaited:
         dropped[node_id] = "no reply (round timeout, or the node left)"
     valid.sort(key=lambda r: partition_of(r.node_id) or 0)
     return CheckedRound(valid, dropped)
+
+
+def reason_of(err: Exception) -> str:
+    """A refusal's reason as logged: InvalidReply's own words, any other error with its kind."""
+    if isinstance(err, InvalidReply):
+        return str(err)
+    return f"unreadable ({type(err).__name__}: {err})"

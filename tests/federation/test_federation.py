@@ -76,7 +76,7 @@ def test_handshake_reports_partition_examples_and_budget(tmp_path) -> None:
     cfg = parse_run_config(config)
     from fedapp.profiles import NodeRegistry
 
-    nodes = NodeRegistry()
+    nodes = NodeRegistry(cfg.num_clients)
     nodes.wait_for(grid, 3, timeout=5)
     by_partition = {p.partition_id: p for p in nodes.profiles.values()}
     budgets = client_budgets(cfg)

@@ -110,7 +110,7 @@ def test_two_round_federation_reports_personal_and_global_accuracy(tmp_path) -> 
     accuracies = [row["accuracy"] for row in summary["personal"]]
     assert summary["test_accuracy"] == np.mean(accuracies)
     assert 0 < summary["global_test_accuracy"] <= 1 and summary["comm"]["client_rounds"] == 8
-    global_state = torch.load(tmp_path / "ditto" / "model_final.pt")
+    global_state = torch.load(tmp_path / "ditto" / "model_final.pt", weights_only=True)
     for context in grid.contexts.values():  # every node kept a personal model, not the global
         personal = load_arrays(context.state, ditto.PERSONAL_KEY)
         assert personal is not None

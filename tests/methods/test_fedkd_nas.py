@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from digits_runs import DIGITS_FEDKD_NAS
 from flwr.app import RecordDict
 from local_grid import run_config, run_local
 
@@ -41,27 +42,8 @@ from fedapp.training.distillation import endless, kd_loss, predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
-# lenet5 on 8x8 digits: x0.25 7,720 / x0.5 19,260 / x1.0 66,600 / x2.0 245,520 MACs
 LENET = family_candidates("lenet5", DIGITS, batch_size=16)
-FAST = {
-    "dataset": "digits",
-    "nas_family": "lenet5",
-    "partitioner": "iid",
-    "budget_min": 1e4,  # 3 clients: budgets 82,918 / 10,000 / 300,000 MACs (seed 42)
-    "budget_max": 3e5,
-    "num_clients": 3,
-    "fraction_train": 1.0,
-    "local_epochs": 4,
-    "batch_size": 16,
-    "learning_rate": 0.02,
-    "lr_schedule": "constant",
-    "calibration_size": 0,
-    "validation_size": 200,
-    "public_size": 200,
-    "test_size": 300,
-    "fedkd_nas__teacher_epochs": 20,
-    "eval_every": 1,
-}
+FAST = DIGITS_FEDKD_NAS
 
 
 # ---- server-side fusion --------------------------------------------------------------------
@@ -384,7 +366,7 @@ def test_the_teacher_never_labels_an_image_it_was_trained_on() -> None:
     agreement = {}
     for folds in (1, 2):
         cfg = _cfg(strategy="fedkd-nas", fedkd_nas__teacher_folds=folds)
-        strategy = FedKDNASStrategy(cfg, NodeRegistry())
+        strategy = FedKDNASStrategy(cfg, NodeRegistry(cfg.num_clients))
         p_t = strategy.initial_state()["teacher"]
         agreement[folds] = float(np.mean(p_t.argmax(axis=1) == strategy.public_labels))
         assert len(strategy.teachers) == folds

@@ -44,7 +44,7 @@ DIGITS_HETEROFL = {
 @pytest.fixture(scope="module")
 def strategy() -> HeteroFLStrategy:
     cfg = parse_run_config(run_config(**DIGITS_HETEROFL, num_clients=4))
-    return HeteroFLStrategy(cfg, NodeRegistry())
+    return HeteroFLStrategy(cfg, NodeRegistry(cfg.num_clients))
 
 
 def _profile(budget: float, partition: int = 0) -> NodeProfile:

@@ -167,7 +167,7 @@ def test_feast_transfer_min_is_the_global_minimum_and_max_the_best_of_20() -> No
         assert count(space.config, best).macs == max(fitting, default=low_macs) <= budget
     # a budget no random draw fits: the global minimum
     assert sampler.transfer(MAX, low_macs, np.random.default_rng(0)) == low
-    strategy = build_strategy(cfg, NodeRegistry())
+    strategy = build_strategy(cfg, NodeRegistry(cfg.num_clients))
     assert strategy.weight_examples  # the transfer weights replies by their examples
     with pytest.raises(ConfigError, match=r"DeepFedNAS samples its cached path"):
         _cfg(strategy="deepfednas", maxnet__subnet_sampling="feast-transfer")
@@ -183,7 +183,7 @@ def test_subnet_sampling_is_checked() -> None:
 # ---- MaxNet aggregation ---------------------------------------------------------------------
 def test_aggregation_weights_the_max_client_on_overlapping_positions() -> None:
     cfg = _cfg(num_server_rounds=10)  # S = 8 rounds; round 1 is t = 0: w_max = 0.9
-    nodes = NodeRegistry()
+    nodes = NodeRegistry(cfg.num_clients)
     strategy = build_strategy(cfg, nodes)
     arch = strategy.space.cache.variants[0].arch
     for node_id, pid, role in ((11, 0, MIN), (12, 1, MAX), (13, 2, RANDOM)):

@@ -157,7 +157,7 @@ def test_feast_form_is_batchmean_with_a_detached_teacher_from_round_one() -> Non
 
 def _strategy(budgets: list[float]):
     config = run_config(**DIGITS_SCALEFL)
-    nodes = NodeRegistry()
+    nodes = NodeRegistry(len(budgets))
     for i, budget in enumerate(budgets):
         nodes.profiles[100 + i] = NodeProfile(100 + i, i, len(budgets), 50, budget, "cpu")
     return build_strategy(parse_run_config(config), nodes)

@@ -19,3 +19,29 @@ DIGITS_FEAST: dict[str, Any] = {
     "batch_size": 16,
     "partitioner": "budget-dirichlet",
 }
+
+#: Over the fedavg-digits preset: four clients, three a round, one local epoch (a few seconds a
+#: round).
+SMALL_FEDAVG: dict[str, Any] = {"num_clients": 4, "fraction_train": 0.75, "local_epochs": 1}
+
+#: FedKD-NAS's LeNet5 family on digits, three clients (budgets 82,918 / 10,000 / 300,000 MACs
+#: with seed 42: x0.25 7,720, x0.5 19,260, x1.0 66,600, x2.0 245,520 MACs), all in every round.
+DIGITS_FEDKD_NAS: dict[str, Any] = {
+    "dataset": "digits",
+    "nas_family": "lenet5",
+    "partitioner": "iid",
+    "budget_min": 1e4,
+    "budget_max": 3e5,
+    "num_clients": 3,
+    "fraction_train": 1.0,
+    "local_epochs": 4,
+    "batch_size": 16,
+    "learning_rate": 0.02,
+    "lr_schedule": "constant",
+    "calibration_size": 0,
+    "validation_size": 200,
+    "public_size": 200,
+    "test_size": 300,
+    "fedkd_nas__teacher_epochs": 20,
+    "eval_every": 1,
+}

@@ -164,7 +164,7 @@ def local_federation(config: dict[str, Any], num_nodes: int, **grid_options: Any
     cfg = parse_run_config(config)
     server_context(config)
     grid = LocalGrid(client_app, config, num_nodes, **grid_options)
-    nodes = NodeRegistry()
+    nodes = NodeRegistry(cfg.num_clients)
     nodes.wait_for(grid, num_nodes, timeout=5)
     return Federation(cfg, grid, nodes, build_strategy(cfg, nodes))
 
