@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import statistics
 import tomllib
@@ -51,7 +50,14 @@ from fedapp.evaluation.intervals import (
     wilson_interval,
 )
 from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
-from fedapp.evaluation.results import CHECKPOINT_FILE, CONFIG_FILE, SUMMARY_FILE, write_csv
+from fedapp.evaluation.results import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    SUMMARY_FILE,
+    read_json,
+    replace_text,
+    write_csv,
+)
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.methods import METHOD_NAMES
 from fedapp.results import read_summary
@@ -191,7 +197,7 @@ def check_kept_runs(comparison: Comparison, out_dir: Path) -> None:
             problems.append(f"{strategy}: {run_dir} has results but no {CONFIG_FILE}")
             continue
         differences = config_differences(
-            json.loads((run_dir / CONFIG_FILE).read_text()),
+            read_json(run_dir / CONFIG_FILE),
             parse_run_config(placed_run_config(comparison, strategy, out_dir)),
         )
         if differences:
@@ -440,7 +446,7 @@ def write_outputs(
         )
     if efficiency:
         report += "\n## Efficiency (FedKD-NAS scores)\n\n" + markdown_table(efficiency) + "\n"
-    (out_dir / REPORT_FILE).write_text(report)
+    replace_text(out_dir / REPORT_FILE, report)
     return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
 
 
@@ -519,7 +525,7 @@ def write_seed_outputs(
     report += mean_std_table(rows) + "\n"
     if efficiency:
         report += "\n## Efficiency (FedKD-NAS scores)\n\n" + mean_std_table(efficiency) + "\n"
-    (out_dir / REPORT_FILE).write_text(report)
+    replace_text(out_dir / REPORT_FILE, report)
     return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
 
 

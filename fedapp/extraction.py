@@ -9,16 +9,13 @@ and it is tested once on the run's test split, exactly as the cached variants we
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from fedapp.config import ConfigError, parse_saved_run_config
 from fedapp.evaluation.intervals import HIGH, LOW, format_row
 from fedapp.evaluation.operating_points import OperatingPoint, calibration_loader
-from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE
+from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE, RunRecorder, read_json
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population, server_set
 from fedapp.models.elastic_resnet import ElasticResNet
@@ -42,7 +39,7 @@ def extract(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     for name in (CONFIG_FILE, BEST_MODEL_FILE):
         if not (run_dir / name).is_file():
             raise ConfigError(f"{run_dir}: no {name} (give the folder of a finished run)")
-    cfg = parse_saved_run_config(json.loads((run_dir / CONFIG_FILE).read_text()))
+    cfg = parse_saved_run_config(read_json(run_dir / CONFIG_FILE))
     if cfg.strategy not in SUPERNET_METHODS:
         raise ConfigError(
             f"{run_dir} is a {cfg.strategy!r} run; extraction needs a FEAST supernet "
@@ -54,8 +51,7 @@ def extract(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.macs < smallest:
         raise ConfigError(f"--macs {args.macs:,.0f} is below the smallest variant ({smallest:,})")
     supernet = ElasticResNet(space.config)
-    state = torch.load(run_dir / BEST_MODEL_FILE, map_location="cpu")
-    load_state(supernet, {k: v.numpy() for k, v in state.items()})
+    load_state(supernet, RunRecorder.load_state(run_dir / BEST_MODEL_FILE))
     evaluator = point_evaluator(cfg, info)
     calibration = calibration_loader(evaluator.calibration, info, evaluator.batch_size)
     batches = (x.to(evaluator.device) for x, _ in calibration)

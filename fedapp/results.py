@@ -11,7 +11,6 @@ them (:func:`read_summary`).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,15 @@ from fedapp.evaluation.intervals import (
 )
 from fedapp.evaluation.labels import LABELS_FILE
 from fedapp.evaluation.operating_points import POPULATION_FILE, VARIANTS_FILE
-from fedapp.evaluation.results import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
+from fedapp.evaluation.results import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    SUMMARY_FILE,
+    read_json,
+    read_jsonl,
+    read_text_whole,
+    unreadable,
+)
 from fedapp.federated_data import server_set
 from fedapp.strategies.client_held import CLIENTS_FILE
 
@@ -71,10 +78,10 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     """A run's summary.json. One written before intervals existed gets them here, in memory,
     from the size of the run's test split (recomputed from its config.json): every accuracy it
     reports, its operating points included, was measured on that whole split."""
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    summary = read_json(run_dir / SUMMARY_FILE)
     if "test_images" in summary or not (run_dir / CONFIG_FILE).exists():
         return summary
-    cfg = parse_saved_run_config(json.loads((run_dir / CONFIG_FILE).read_text()))
+    cfg = parse_saved_run_config(read_json(run_dir / CONFIG_FILE))
     images = len(server_set(cfg, "test").labels)
     summary |= summary_intervals(summary, images)
     for point in summary.get("variants", []):
@@ -85,7 +92,8 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
 
 def load_run(path: str | Path) -> RunResults:
     """Every result file of the run in ``path`` (a folder with summary.json); ValueError naming
-    the folder when it is none."""
+    the folder when it is none, RunFileError (a ValueError) naming a file that is torn or
+    corrupt."""
     with needs_extra(DATA, "loading a run's tables"):
         import pandas as pd
 
@@ -98,8 +106,7 @@ def load_run(path: str | Path) -> RunResults:
             "(give <out-dir>/<run-name>; an interrupted run gets its summary when resumed)"
         )
     metrics_path = run_dir / METRICS_FILE
-    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    metrics = pd.DataFrame(rows)
+    metrics = pd.DataFrame(read_jsonl(metrics_path))
     if "round" in metrics:
         metrics = metrics[["round", *sorted(c for c in metrics if c != "round")]]
         metrics = metrics.sort_values("round", ignore_index=True)
@@ -107,7 +114,7 @@ def load_run(path: str | Path) -> RunResults:
     return RunResults(
         run_dir=run_dir,
         summary=read_summary(run_dir),
-        config=json.loads(config_path.read_text()) if config_path.is_file() else None,
+        config=read_json(config_path) if config_path.is_file() else None,
         metrics=metrics,
         points=_csv(run_dir / VARIANTS_FILE),
         population=_csv(run_dir / POPULATION_FILE),
@@ -122,7 +129,13 @@ def _csv(path: Path, index_col: str | None = None) -> pd.DataFrame | None:
     with needs_extra(DATA, "loading a run's tables"):
         import pandas as pd
 
-    return pd.read_csv(path, index_col=index_col) if path.is_file() else None
+    if not path.is_file():
+        return None
+    read_text_whole(path)  # a CSV cut short would otherwise read as a short last row
+    try:
+        return pd.read_csv(path, index_col=index_col)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as err:
+        raise unreadable(path, err) from None
 
 
 def _interval(summary: dict[str, Any], key: str) -> tuple[float, float] | None:

@@ -33,7 +33,10 @@ from fedapp.evaluation.results import (
     FINAL_MODEL_FILE,
     ROUNDS_PLOT_FILE,
     SUMMARY_FILE,
+    RunFileError,
     RunRecorder,
+    read_json,
+    run_folder_lock,
 )
 from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
 from fedapp.exchange import PromptGrid
@@ -73,13 +76,14 @@ def main(grid: Grid, context: Context) -> None:
     try:
         cfg = parse_run_config(context.run_config)
         run_experiment(grid, cfg)
-    except (ConfigError, DatasetUnavailableError) as err:
+    except (ConfigError, DatasetUnavailableError, RunFileError) as err:
         log(ERROR, "fedapp: %s", err)
         raise RunRejected(str(err)) from None
 
 
 def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
-    """The whole run; returns the summary it also writes to summary.json."""
+    """The whole run, holding its folder's lock throughout (a second run into the folder is
+    refused at once); returns the summary it also writes to summary.json."""
     started = time.perf_counter()
     if cfg.tensorboard and not tensorboard_available():
         raise ConfigError(
@@ -88,10 +92,15 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     run_dir = RunRecorder.run_dir_for(
         cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
     )
+    with run_folder_lock(run_dir):
+        return _run_in(grid, cfg, run_dir, started)
+
+
+def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[str, Any]:
     _check_resumable(cfg, run_dir)
     validation = server_set(cfg, "validation")  # loads the data: fails before anyone trains
     facts = data_facts(population(cfg).info)
-    nodes = NodeRegistry(facts)
+    nodes = NodeRegistry(cfg.num_clients, facts)
     nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
     strategy = build_strategy(cfg, nodes)
     first_round, state, best, earlier = _starting_point(cfg, strategy, run_dir)
@@ -188,7 +197,7 @@ def _check_resumable(cfg: RunConfig, run_dir: Path) -> None:
                 "which configuration it continues cannot be checked"
             )
         return
-    differences = config_differences(json.loads((run_dir / CONFIG_FILE).read_text()), cfg)
+    differences = config_differences(read_json(run_dir / CONFIG_FILE), cfg)
     if differences:
         raise ConfigError(
             f"'resume' = true, but {run_dir} was run with another config: "
@@ -214,6 +223,8 @@ def _starting_point(
         log(WARNING, "fedapp: resume = true but %s has no checkpoint; starting at round 1", run_dir)
         return fresh
     log(INFO, "fedapp: resuming %s after round %d", run_dir, done)
+    if (run_dir / BEST_MODEL_FILE).exists():  # the final test reads it: a torn one fails now
+        RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
     if "accounts" not in extra:  # a checkpoint of an older fedapp: only the best round
         log(WARNING, "fedapp: %s predates resumable accounting; it restarts from zero", run_dir)
         return done + 1, state, extra, nothing_earlier

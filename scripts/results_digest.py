@@ -65,7 +65,7 @@ MACHINE_METRICS = ("second", "time", "cpu", "rss", "mem")
 
 def digest(run_dir: Path) -> str:
     h = hashlib.sha256()
-    state = torch.load(run_dir / "model_final.pt", weights_only=False)
+    state = torch.load(run_dir / "model_final.pt", weights_only=True)
     for name in sorted(state):
         h.update(name.encode())
         h.update(state[name].cpu().numpy().tobytes())

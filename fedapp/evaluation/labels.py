@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedapp.data.extras import DATA, needs_extra
+from fedapp.evaluation.results import replace_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,7 +82,7 @@ def write_label_distribution(
         from flwr_datasets.visualization import plot_label_distributions
 
     counts = label_counts(labels, shards, num_classes)
-    counts.to_csv(run_dir / LABELS_FILE)
+    replace_file(run_dir / LABELS_FILE, counts.to_csv)
     with needs_extra(DATA, "the run's label distribution"):
         import matplotlib
 

@@ -44,7 +44,7 @@ def _documented_server_app() -> object:
 def test_another_flower_apps_server_runs_a_fedapp_method_to_fedapps_result(tmp_path) -> None:
     config = run_config(**HETEROFL_DIGITS | {"out_dir": str(tmp_path), "run_name": "fedapp"})
     summary, _ = run_local(config, 4)
-    ours = torch.load(Path(summary["run_dir"]) / "model_final.pt", weights_only=False)
+    ours = torch.load(Path(summary["run_dir"]) / "model_final.pt", weights_only=True)
 
     context = server_context(config)
     _documented_server_app()(LocalGrid(client_app, config, 4), context)
@@ -53,7 +53,7 @@ def test_another_flower_apps_server_runs_a_fedapp_method_to_fedapps_result(tmp_p
     assert set(theirs) == set(ours)
     for name, array in theirs.items():
         np.testing.assert_array_equal(array, ours[name].cpu().numpy(), err_msg=name)
-    initial = build_strategy(parse_run_config(config), NodeRegistry()).initial_state()
+    initial = build_strategy(parse_run_config(config), NodeRegistry(4)).initial_state()
     assert any(not np.array_equal(array, initial[name]) for name, array in theirs.items())
 
 

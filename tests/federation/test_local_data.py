@@ -73,7 +73,7 @@ def test_device_trains_on_its_npz_file_and_reports_its_size(tmp_path) -> None:
     assert rows[0]["num-examples"] == 40 + sum(shards)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["nodes"] == 3
     # the handshake tells the server the device's real size
-    nodes = NodeRegistry()
+    nodes = NodeRegistry(3)
     nodes.wait_for(grid, 3, timeout=5)
     sizes = {p.partition_id: p.num_examples for p in nodes.profiles.values()}
     assert sizes == {0: 40, 1: shards[0], 2: shards[1]}

@@ -113,12 +113,12 @@ def test_a_resume_with_another_config_is_refused_before_any_file_changes(tmp_pat
 def test_maxnet_role_counts_survive_the_checkpoint_and_decide_the_next_roles(tmp_path) -> None:
     config = run_config(**DIGITS_FEAST | {"strategy": "superfednas", "out_dir": str(tmp_path)})
     cfg = parse_run_config(config)
-    before = build_strategy(cfg, NodeRegistry())
+    before = build_strategy(cfg, NodeRegistry(cfg.num_clients))
     for cohort in ([0, 1, 2], [1, 2, 3], [0, 2, 3]):
         before.tracker.roles(cohort)
     stored = json.loads(json.dumps(before.accounts()))  # as the checkpoint keeps it
 
-    after = build_strategy(cfg, NodeRegistry())
+    after = build_strategy(cfg, NodeRegistry(cfg.num_clients))
     after.restore_accounts(stored)
     assert after.tracker.largest == before.tracker.largest
     assert after.tracker.smallest == before.tracker.smallest
@@ -128,10 +128,10 @@ def test_maxnet_role_counts_survive_the_checkpoint_and_decide_the_next_roles(tmp
 def test_the_points_trained_before_a_crash_stay_marked_trained(tmp_path) -> None:
     """summary.json's ``trained`` flag of an operating point counts the rounds before a crash."""
     cfg = parse_run_config(run_config(**DIGITS_FEAST | {"out_dir": str(tmp_path)}))
-    before = build_strategy(cfg, NodeRegistry())
+    before = build_strategy(cfg, NodeRegistry(cfg.num_clients))
     before.accounting.trained_points.update({0, 3, 7})
     stored = json.loads(json.dumps(before.accounts()))  # as the checkpoint keeps it
 
-    after = build_strategy(cfg, NodeRegistry())
+    after = build_strategy(cfg, NodeRegistry(cfg.num_clients))
     after.restore_accounts(stored)
     assert after.accounting.trained_points == {0, 3, 7}

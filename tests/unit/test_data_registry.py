@@ -277,3 +277,8 @@ def test_hub_sets_unavailable_offline(tmp_path: Path) -> None:
     ]:
         assert hub_id in messages[name] and "internet" in messages[name]
         assert str(tmp_path / "cache") in messages[name]
+    # Fashion-MNIST also names the system package that installs it, and where its files go
+    debian = "apt-get install dataset-fashion-mnist"
+    assert debian in messages["fashion-mnist"]
+    assert "/usr/share/datasets/fashion-mnist/" in messages["fashion-mnist"]
+    assert not any(debian in messages[name] for name in hub_sets if name != "fashion-mnist")
