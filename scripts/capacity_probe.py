@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.common.config import get_fused_config_from_dir
 
-from fedapp.config import parse_run_config
+from fedapp.config import fused_run_config, parse_run_config
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import wilson_interval
 from fedapp.feast_space import model_space
@@ -50,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     values = tomllib.loads(Path(args.run_config).read_text())
-    cfg = parse_run_config(get_fused_config_from_dir(APP_DIR, values))
+    cfg = parse_run_config(fused_run_config(APP_DIR, values))
     pop = population(cfg)
     space = model_space(cfg, pop.info)
     everything = pop.dataset.train

@@ -79,7 +79,7 @@ def node_identity(run_config: Mapping[str, Any], node: LocalNode) -> str:
     """What a snapshot must have been written under to be continued: the run config less the
     keys a resume may change, and the node's own facts."""
     config = {k: v for k, v in run_config.items() if k not in PLACEMENT_KEYS}
-    facts = {"partition": node.partition_id, "budget": node.budget, "data": node.data_path}
+    facts = {"partition": node.partition_id, "budget": node.budget, "data-path": node.data_path}
     text = json.dumps([config, facts], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -180,7 +180,7 @@ class StateStore:
             if wrong:
                 raise ValueError(f"written under another {', '.join(wrong)}")
             records: dict[str, Any] = {}
-            for key, names in meta["arrays"].items():
+            for key, names in meta["array-records"].items():
                 records[key] = to_record({name: npz[f"a{index}"] for name, index in names})
             for key, values in meta["values"].items():
                 records[key] = ConfigRecord(values)
@@ -222,7 +222,7 @@ class StateStore:
             "format": FORMAT,
             "identity": self.identity,
             "round": server_round,
-            "arrays": index,
+            "array-records": index,
             "values": values,
         }
         encoded = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)

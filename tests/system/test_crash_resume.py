@@ -35,7 +35,10 @@ from processes import (
 from fedapp.evaluation.results import CHECKPOINT_FILE, FINAL_MODEL_FILE, SUMMARY_FILE
 
 ROUNDS = 2
-ROUND_TIMEOUT = 25.0
+#: Generous: a reply that misses the round's deadline changes the run, so the uninterrupted and
+#: the resumed run would differ by the machine's load (FEAST's largest client took over 25 s on
+#: two busy cores); no test here waits on it (a dead node costs Flower's detection time).
+ROUND_TIMEOUT = 300.0
 #: A SuperNode that died stays listed for up to this long (Flower 1.42's heartbeat window);
 #: the registry gives its partition to a newcomer only once it is gone.
 DETECTION_SECONDS = 60.0
@@ -97,10 +100,14 @@ def test_superlink_killed_mid_run_resumes_to_the_uninterrupted_result(tmp_path, 
 
         fed.start_superlink("--insecure", "--database", database, name="superlink-restarted")
         resumed = _config(tmp_path, method, "crash", resume=True)
-        _run(fed, resumed, tmp_path / "flwr-run-resumed.log")
+        resumed_log = tmp_path / "flwr-run-resumed.log"
+        _run(fed, resumed, resumed_log)
+        assert f"resuming {out / 'crash'} after round {done}" in resumed_log.read_text()
 
     crash, whole = out / "crash", out / "whole"
     assert [r["round"] for r in read_rounds(crash)] == list(range(1, ROUNDS + 1))
+    for run_dir in (crash, whole):  # every client in every round: a dropped reply would differ
+        assert [r["clients-dropped"] for r in read_rounds(run_dir)] == [0] * ROUNDS
     assert json.loads((crash / SUMMARY_FILE).read_text())["resumed_from_round"] == done
     assert _figures(crash) == _figures(whole)
     final = torch.load(crash / FINAL_MODEL_FILE, weights_only=True)
