@@ -78,17 +78,17 @@ def _take(arrays: ImageArrays, indices: np.ndarray) -> ImageArrays:
 def client_budgets(cfg: RunConfig) -> np.ndarray:
     """Every client's compute budget (MACs), by partition id: Zipf ranks mapped to the range."""
     floor = 0.0
-    if _budget_floor_space(cfg):
+    if _budget_floor_space(cfg.budget_rng, cfg.supernet, cfg.variant_cache):
         floor = smallest_variant_macs(cfg, load_dataset(cfg.dataset, cfg.data_dir).info)
     return budget_population(cfg, floor)
 
 
-def _budget_floor_space(cfg: RunConfig) -> dict[str, str]:
+def _budget_floor_space(budget_rng: str, supernet: str, variant_cache: str) -> dict[str, str]:
     """The model space whose smallest variant floors every budget (``budget-rng =
     "authors"``, :func:`budget_population`), by its run-config keys; empty when none does."""
-    if cfg.budget_rng != "authors":
+    if budget_rng != "authors":
         return {}
-    return {"supernet": cfg.supernet, "variant-cache": cfg.variant_cache}
+    return {"supernet": supernet, "variant-cache": variant_cache}
 
 
 def budget_population(cfg: RunConfig, floor: float) -> np.ndarray:
@@ -180,7 +180,7 @@ def shard_settings(cfg: RunConfig) -> dict[str, Any]:
     ]
     return (
         {key: run[key] for key in sorted(protocol_keys())}
-        | _budget_floor_space(cfg)
+        | _budget_floor_space(cfg.budget_rng, cfg.supernet, cfg.variant_cache)
         | {"sources": sources, "format": _SHARD_FORMAT}
     )
 
