@@ -80,8 +80,8 @@ def validation_seconds(threads: int) -> float:
     from fedapp.config import parse_run_config
     from fedapp.feast_space import model_space
     from fedapp.federated_data import population, server_set
+    from fedapp.methods.common.strategy import point_evaluator
     from fedapp.models.elastic_resnet import ElasticResNet
-    from fedapp.strategies.base import point_evaluator
 
     torch.set_num_threads(threads)
     cfg = parse_run_config(run_config(**preset_overrides("quickstart")))

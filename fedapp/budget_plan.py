@@ -28,11 +28,11 @@ from fedapp.config import ConfigError, RunConfig, fused_run_config, parse_run_co
 from fedapp.evaluation.accounting import CommunicationLedger
 from fedapp.feast_space import ModelSpace
 from fedapp.federated_data import budget_population
+from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.arch import load_supernet
 from fedapp.models.cache import load_cache
 from fedapp.models.counter import count
 from fedapp.partitions.cohorts import cohort_indices
-from fedapp.settings.feast import FeastSettings
 from fedapp.training.co_training import plan_for
 
 APP_DIR = Path(__file__).resolve().parents[1]

@@ -11,14 +11,14 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from fedapp.clients.metering import ResourceMeter
-from fedapp.clients.state_store import StateStore
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.extras import MissingExtraError
 from fedapp.data.registry import DatasetUnavailableError
 from fedapp.federated_data import adopt_data_facts
 from fedapp.messages import CONFIG, DATA_FACTS, METRICS, PROFILE, SERVER_ROUND
-from fedapp.methods import NoClientEvaluator, client_evaluator, client_trainer
+from fedapp.method_table import NoClientEvaluator, client_evaluator, client_trainer
+from fedapp.methods.common.metering import ResourceMeter
+from fedapp.methods.common.state_store import StateStore
 from fedapp.profiles import local_node, local_profile
 
 app = ClientApp()
@@ -82,7 +82,7 @@ def query(message: Message, context: Context) -> Message:
 @app.train()
 def train(message: Message, context: Context) -> Message:
     """One round of the configured method's local training, continuing the node's state as of
-    the round before (fedapp.clients.state_store) and keeping it afterwards."""
+    the round before (fedapp.methods.common.state_store) and keeping it afterwards."""
     try:
         cfg = _config(context, message)
         node = local_node(context.node_config, cfg, context.state)

@@ -59,7 +59,7 @@ from fedapp.evaluation.results import (
     write_csv,
 )
 from fedapp.launcher import APP_DIR, run_app, write_run_config
-from fedapp.methods import METHOD_NAMES
+from fedapp.method_table import METHOD_NAMES
 from fedapp.results import read_summary
 from fedapp.run_progress import RunProgress
 

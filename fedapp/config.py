@@ -1,11 +1,11 @@
 """One typed run configuration, validated once at start on the server and on every client.
 
 Defaults live in exactly one place, ``[tool.flwr.app.config]`` of ``pyproject.toml``, which Flower
-fuses with ``--run-config`` overrides; this module only types and checks what arrives. Run-wide
-keys are fields of :class:`RunConfig`; the keys one method reads are its section
-(``fedapp.settings``, named by its row of the method table), spelled ``<section>.<key>``. A user
-error becomes a :class:`ConfigError` whose message names the key, the value given and what is
-allowed, so the apps can stop before any training without a traceback.
+fuses with ``--run-config`` overrides; this module only types and checks what arrives. Run-wide keys
+are fields of :class:`RunConfig`; the keys one method reads are its section (``settings.py`` of its
+folder, named by its row of the method table), spelled ``<section>.<key>``. A user error becomes a
+:class:`ConfigError` whose message names the key, the value given and what is allowed, so the apps
+can stop before any training without a traceback.
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from typing import Any, TypeVar
 from flwr.common.config import flatten_dict, get_fused_config_from_dir
 
 from fedapp.data.registry import DATASET_NAMES
-from fedapp.methods import METHODS, settings_class, settings_classes
+from fedapp.method_table import METHODS, settings_class, settings_classes
 from fedapp.models.arch import SUPERNETS_DIR, yaml_names
 from fedapp.models.cache import CACHES_DIR
 from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.budgets import RNG_KINDS
 from fedapp.partitions.factory import PARTITIONER_NAMES
-from fedapp.settings.base import (
+from fedapp.sections import (
     Section,
     at_least,
     check_of,

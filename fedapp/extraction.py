@@ -18,10 +18,10 @@ from fedapp.evaluation.operating_points import OperatingPoint, calibration_loade
 from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE, RunRecorder, read_json
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population, server_set
+from fedapp.methods.common.strategy import point_evaluator
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.posthoc import extract_posthoc
 from fedapp.records import load_state
-from fedapp.strategies.base import point_evaluator
 
 #: Methods whose global model is a FEAST supernet.
 SUPERNET_METHODS = ("feast", "superfednas", "deepfednas")

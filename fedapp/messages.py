@@ -1,8 +1,9 @@
-"""What travels between server and clients: every record key, config key and metric name that
-both halves of a method read (plain strings: no Flower, no torch; fedapp.records converts).
+"""What travels between server and clients for every method: the record keys, config keys and
+metric names that the apps, the round engine and more than one method read (plain strings: no
+Flower, no torch; fedapp.records converts). A method's own keys are in its folder's ``keys.py``.
 
 Both sides name records through these constants, so a payload and its reply agree by
-construction; the server still validates every reply (fedapp.strategies.reply_validation).
+construction; the server still validates every reply (fedapp.methods.common.reply_validation).
 """
 
 from __future__ import annotations
@@ -33,63 +34,18 @@ COMPUTE_METRIC = "compute-proxy-macs"
 TRAIN_LOSS = "train-loss"
 TRAIN_STEPS = "train-steps"
 TRAIN_SECONDS = "train-seconds"
-#: A client's metered resources (fedapp.clients.metering); the server averages CPU and memory.
+#: A client's metered resources (fedapp.methods.common.metering); the server averages CPU and
+#: memory.
 CPU_PERCENT = "cpu-percent"
 PEAK_RSS_MB = "peak-rss-mb"
 WALL_SECONDS = "wall-seconds"
 TORCH_THREADS = "torch-threads"
-#: An EVALUATE reply (fedapp.clients.evaluation_reply), also the keys of a local evaluation's
+#: An EVALUATE reply (fedapp.methods.common.evaluation_reply), also the keys of a local evaluation's
 #: result (fedapp.training.loops.evaluate): accuracy and mean loss on the named split; a family
 #: model's reply adds its width multiplier, by which the server names it.
 ACCURACY = "accuracy"
 LOSS = "loss"
 MULTIPLIER = "multiplier"
 
-# ---- method payloads, replies and train-config keys -------------------------------------------
-#: FEAST: the cache indices a client affords, and whether it received its routed envelope.
-AFFORDABLE = "affordable"
-ROUTED = "routed"
-#: SuperFedNAS/DeepFedNAS: the assigned subnet's architecture string.
-SUBNET = "subnet"
-#: HeteroFL: the width a client trains; reply array, 1.0 for each class present in its shard.
-WIDTH_KEY = "width"
-LABEL_MASK = "label-mask"
-#: ScaleFL: the depth/width level a client trains.
-LEVEL = "level"
-#: FIARSE: per masked tensor (in masked_names order) keep |w| >= its threshold; effective
-#: forward MACs per example of the client's mask.
-THRESHOLDS = "mask-thresholds"
-MASK_MACS = "mask-macs"
-#: FedDF: the prototype (architecture name) a client trains.
-PROTOTYPE = "prototype"
 #: Logit exchange: a client's (M, C) logits on the public (FedKD-NAS) or alignment set (FedMD).
 LOGITS = "logits"
-#: FedKD-NAS/Local-KD payload: the (M, C) logits to distil from.
-TARGET = "target"
-#: FedMD payload: the last consensus (alignment-size, classes) and its alignment round (0: none).
-CONSENSUS = "consensus"
-CONSENSUS_ROUND = "consensus-round"
-#: FedDistill reply: per-label mean logits (classes, classes) and how many logits each averages;
-#: payload: the global per-label logits and where one exists (1.0).
-LABEL_LOGITS = "label-logits"
-LABEL_COUNTS = "label-counts"
-GLOBAL_LOGITS = "global-logits"
-GLOBAL_PRESENT = "global-present"
-#: FedKD-NAS/Local-KD reply metrics: the round's student (width multiplier, MACs, score,
-#: hold-out accuracy and the steps behind it, whether it switched or was warm-started) and its
-#: duel's rival (multiplier, score, steps, accuracy; NO_RIVAL where none).
-NAS_MULTIPLIER = "nas-multiplier"
-NAS_MACS = "nas-macs"
-NAS_SCORE = "nas-score"
-NAS_SWITCHED = "nas-switched"
-NAS_WARM_START = "nas-warm-start"
-NAS_HOLDOUT_ACCURACY = "nas-holdout-accuracy"
-NAS_STEPS = "nas-steps"
-NAS_RIVAL_MULTIPLIER = "nas-rival-multiplier"
-NAS_RIVAL_SCORE = "nas-rival-score"
-NAS_RIVAL_STEPS = "nas-rival-steps"
-NAS_RIVAL_ACCURACY = "nas-rival-accuracy"
-NO_RIVAL = -1.0  # the rival metrics of a round without a duel
-#: Why a round's student is what it is (reply metric NAS_REASON: the index in NAS_REASONS).
-NAS_REASON = "nas-reason"
-NAS_REASONS = ("start", "incumbent", "duel-kept", "duel-switched")

@@ -39,7 +39,7 @@ from fedapp.evaluation.results import (
     unreadable,
 )
 from fedapp.federated_data import server_set
-from fedapp.strategies.client_held import CLIENTS_FILE
+from fedapp.methods.common.client_held import CLIENTS_FILE
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,5 +1,5 @@
 """The run's models, from its config: which ResNet18 substrate the weight-sharing baselines use,
-which candidate family the logit-exchange methods pick from, and the NAS memory budget.
+and which candidate family the logit-exchange methods pick from.
 
 Server and clients both call these, so they derive the same architectures from the run config
 alone; the model code itself (fedapp.models) takes only explicit arguments.
@@ -14,9 +14,7 @@ from fedapp.data.registry import DatasetInfo
 from fedapp.federated_data import dataset_info
 from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.families import Candidate, family_candidates
-from fedapp.settings.fedkd_nas import FedKDNASSettings
 
-BYTES_PER_MB = 2**20
 #: The backbone per data set the paper names (MNIST-like -> LeNet5, CIFAR-like -> MobileNetV2).
 AUTO_FAMILY = {
     "mnist-5k": "lenet5",
@@ -59,9 +57,3 @@ def run_family(cfg: RunConfig) -> str:
 def run_candidates(cfg: RunConfig, info: DatasetInfo) -> list[Candidate]:
     """The run's family, cheapest first (the server uses it to tell who can take part)."""
     return family_candidates(run_family(cfg), info, cfg.batch_size)
-
-
-def memory_budget(cfg: RunConfig) -> float | None:
-    """Training-memory budget in bytes, None when ``fedkd-nas.memory-mb`` is 0 (no limit)."""
-    megabytes = cfg.section(FedKDNASSettings).memory_mb
-    return megabytes * BYTES_PER_MB if megabytes > 0 else None

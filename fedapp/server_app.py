@@ -42,9 +42,9 @@ from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
 from fedapp.exchange import PromptGrid
 from fedapp.federated_data import data_facts, population, server_set
 from fedapp.messages import SELECTION_KEY, TRAIN_LOSS
+from fedapp.methods.common.strategy import HeterogeneousStrategy, State, build_strategy
 from fedapp.profiles import NodeRegistry
 from fedapp.records import from_record, to_record
-from fedapp.strategies.base import HeterogeneousStrategy, State, build_strategy
 
 #: A round's heaviest clients (strategies send them first), pushed ahead of the rest so they
 #: start first: a round cannot end before its heaviest client, and Flower's simulation engine

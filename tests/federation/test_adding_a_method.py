@@ -1,5 +1,5 @@
-"""Adding a method takes its row in the method table, its two halves and its settings section
-(tests/support/toy_method.py), nothing else: the real ServerApp and ClientApp run it and the
+"""Adding a method takes its row in the method table and one folder, its two halves and its settings
+section (tests/support/toy_method/), nothing else: the real ServerApp and ClientApp run it and the
 run config validates its keys like any shipped method's."""
 
 from __future__ import annotations
@@ -11,11 +11,16 @@ import pytest
 import torch
 from local_grid import run_config, run_local
 
-from fedapp import methods
+from fedapp import method_table
 from fedapp.config import ConfigError, parse_run_config
-from fedapp.methods import Method
+from fedapp.method_table import Method
 
-TOY = Method("toy", "toy_method:ToyStrategy", "toy_method:train", settings="toy_method:ToySettings")
+TOY = Method(
+    "toy",
+    "toy_method.server:ToyStrategy",
+    "toy_method.client:train",
+    settings="toy_method.settings:ToySettings",
+)
 #: The section's defaults, which a new method adds to pyproject.toml as
 #: ``[tool.flwr.app.config.toy]``: Flower's run config carries them, for every run, as dotted keys.
 TOY_DEFAULTS = {"toy.server-lr": 1.0, "toy.client-epochs": 1}
@@ -23,7 +28,7 @@ TOY_DEFAULTS = {"toy.server-lr": 1.0, "toy.client-epochs": 1}
 
 @pytest.fixture
 def toy_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(methods.METHODS, TOY.name, TOY)
+    monkeypatch.setitem(method_table.METHODS, TOY.name, TOY)
 
 
 def _config(tmp_path, strategy: str, **toy: Any) -> dict[str, Any]:

@@ -13,10 +13,10 @@ from local_grid import local_federation, run_config
 from torch.utils.data import DataLoader
 
 from fedapp.client_app import app as client_app
-from fedapp.clients import kept_modules
 from fedapp.data.registry import load_dataset
 from fedapp.data.transforms import ImageDataset, eval_transform, train_transform
 from fedapp.messages import ARRAYS
+from fedapp.methods.common import kept_modules
 from fedapp.records import from_record
 
 

@@ -27,10 +27,10 @@ from local_grid import (
 from fedapp.client_app import app as client_app
 from fedapp.config import parse_run_config
 from fedapp.federated_data import client_budgets, client_shard
+from fedapp.methods.common.reply_validation import spec_of
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.server_app import RunRejected, run_experiment
 from fedapp.server_app import app as server_app
-from fedapp.strategies.reply_validation import spec_of
 
 FAST = preset_overrides("fedavg-digits") | {"num_server_rounds": 2}
 

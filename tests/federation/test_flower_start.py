@@ -14,9 +14,9 @@ from local_grid import LocalGrid, preset_overrides, run_config, run_local, serve
 
 from fedapp.client_app import app as client_app
 from fedapp.config import parse_run_config
+from fedapp.methods.common.strategy import build_strategy
 from fedapp.profiles import NodeRegistry
 from fedapp.records import from_record
-from fedapp.strategies.base import build_strategy
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "flower-strategies.md"
 #: HeteroFL (a width per node) on the digits smoke preset; resnet18-small at 8x8 costs 23,861 to

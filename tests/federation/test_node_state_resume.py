@@ -1,4 +1,4 @@
-"""A resume continues the models that live on the clients (fedapp.clients.state_store).
+"""A resume continues the models that live on the clients (fedapp.methods.common.state_store).
 
 Ditto (a personal model), FedMD (the client's own model; FedDistill keeps it the same way) and
 Local-KD (FedKD-NAS's controller history and candidate weights, plus the teacher's logits kept
@@ -21,8 +21,8 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 from local_grid import PowerCut, crash_in_round, run_config, run_local
 
-from fedapp.clients.state_store import KEPT_SNAPSHOTS, ROUND_KEY, StateStore, snapshot_name
 from fedapp.config import parse_run_config
+from fedapp.methods.common.state_store import KEPT_SNAPSHOTS, ROUND_KEY, StateStore, snapshot_name
 from fedapp.profiles import local_node
 from fedapp.records import from_record, to_record
 

@@ -20,8 +20,8 @@ from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, r
 from processes import read_rounds
 
 from fedapp.config import ConfigError, parse_run_config
+from fedapp.methods.common.strategy import build_strategy
 from fedapp.profiles import NodeRegistry
-from fedapp.strategies.base import build_strategy
 
 ROUNDS, CRASH_AFTER = 2, 1
 #: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.

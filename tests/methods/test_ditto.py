@@ -13,11 +13,12 @@ from local_grid import preset_overrides, run_config, run_local, server_context
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedapp.clients import ditto, fedavg
-from fedapp.clients.node_state import load_arrays
 from fedapp.config import parse_run_config
 from fedapp.federated_data import population
 from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, METRICS
+from fedapp.methods.common.node_state import load_arrays
+from fedapp.methods.ditto import client as ditto
+from fedapp.methods.fedavg import client as fedavg
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.profiles import local_node
 from fedapp.random_streams import Stream

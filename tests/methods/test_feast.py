@@ -17,11 +17,11 @@ from fedapp.evaluation.accounting import CommunicationLedger, coverage_probabili
 from fedapp.evaluation.intervals import format_row
 from fedapp.feast_space import model_space
 from fedapp.federated_data import population
+from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
 from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
-from fedapp.settings.feast import FeastSettings
 from fedapp.training.co_training import co_training_gradients, plan_for
 from fedapp.training.loops import optimizer_step
 

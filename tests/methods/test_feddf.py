@@ -14,9 +14,9 @@ from torch import nn
 
 from fedapp.data.registry import DatasetInfo, ImageArrays, load_dataset
 from fedapp.federated_data import HIDDEN_LABEL
+from fedapp.methods.feddf.server import prototype_state, uniform_average
 from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
-from fedapp.strategies.feddf import prototype_state, uniform_average
 from fedapp.training.distillation import kd_loss, predict_logits
 from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
 

@@ -14,8 +14,11 @@ from digits_runs import DIGITS_FEDKD_NAS
 from flwr.app import RecordDict
 from local_grid import run_config, run_local
 
-from fedapp.clients.fedkd_nas import RoundTrainer, kd_schedule, train_with_kd
-from fedapp.clients.nas import (
+from fedapp.config import ConfigError, parse_run_config
+from fedapp.data.registry import DatasetInfo, ImageArrays
+from fedapp.federated_data import client_budgets, public_images
+from fedapp.methods.fedkd_nas.client import RoundTrainer, kd_schedule, train_with_kd
+from fedapp.methods.fedkd_nas.nas import (
     Measured,
     NasHistory,
     challenger,
@@ -29,15 +32,12 @@ from fedapp.clients.nas import (
     required_gain,
     warm_start,
 )
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.data.registry import DatasetInfo, ImageArrays
-from fedapp.federated_data import client_budgets, public_images
+from fedapp.methods.fedkd_nas.server import FedKDNASStrategy, teacher_folds
+from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.families import family_candidates
 from fedapp.models.routing import BudgetError
 from fedapp.profiles import LocalNode, NodeRegistry
 from fedapp.records import from_record
-from fedapp.settings.fedkd_nas import FedKDNASSettings
-from fedapp.strategies.fedkd_nas import FedKDNASStrategy, teacher_folds
 from fedapp.training.distillation import endless, kd_loss, predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 

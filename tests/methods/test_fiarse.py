@@ -17,6 +17,8 @@ from fedapp.compare import load_comparison
 from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.registry import DatasetInfo
 from fedapp.federated_data import budget_population, population
+from fedapp.methods.fiarse.server import mac_levels, sparse_delta_average
+from fedapp.methods.fiarse.settings import FiarseSettings
 from fedapp.models.counter import count
 from fedapp.models.masks import (
     MEASURES,
@@ -34,8 +36,6 @@ from fedapp.models.masks import (
 from fedapp.records import from_record
 from fedapp.run_models import substrate_config
 from fedapp.server_app import run_experiment
-from fedapp.settings.fiarse import FiarseSettings
-from fedapp.strategies.fiarse import mac_levels, sparse_delta_average
 
 
 class Tiny(nn.Module):

@@ -13,17 +13,18 @@ from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
 
-from fedapp.clients.heterofl import class_mask, masked_logits
 from fedapp.config import ConfigError, parse_run_config
-from fedapp.messages import LABEL_MASK, NUM_EXAMPLES, WIDTH_KEY
+from fedapp.messages import NUM_EXAMPLES
+from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.heterofl.client import class_mask, masked_logits
+from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
+from fedapp.methods.heterofl.server import HeteroFLStrategy, dynamic_widths
 from fedapp.models.arch import load_supernet
 from fedapp.models.slicing import leading_slice
 from fedapp.models.width_scaling import WIDTHS, attach_scaler, width_model
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.records import from_record, to_record
 from fedapp.server_app import run_experiment
-from fedapp.strategies.heterofl import HeteroFLStrategy, dynamic_widths
-from fedapp.strategies.reply_validation import ValidReply
 
 #: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
 DIGITS_HETEROFL = {

@@ -13,22 +13,24 @@ from flwr.app import Array, ConfigRecord, Message, MessageType, RecordDict
 from local_grid import LocalGrid, local_federation, run_config, server_context
 
 from fedapp.client_app import app as client_app
-from fedapp.clients.feddistill import LabelLogits, distillation_loss
-from fedapp.clients.fedmd import adam, alignment_indices, alignment_set, digest, digest_loss
-from fedapp.clients.fedmd import train as fedmd_train
-from fedapp.clients.node_state import load_arrays
-from fedapp.clients.own_model import MODEL_KEY, load_own_model, own_candidate
 from fedapp.compare import load_comparison
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.federated_data import population
-from fedapp.messages import CONSENSUS, CONSENSUS_ROUND, LABEL_COUNTS, LABEL_LOGITS, LOGITS
+from fedapp.messages import LOGITS
+from fedapp.methods.common.node_state import load_arrays
+from fedapp.methods.common.own_model import MODEL_KEY, load_own_model, own_candidate
+from fedapp.methods.feddistill.client import LabelLogits, distillation_loss
+from fedapp.methods.feddistill.keys import LABEL_COUNTS, LABEL_LOGITS
+from fedapp.methods.feddistill.server import CLIENT_LOGITS, UPLOAD_ROUND, label_consensus
+from fedapp.methods.fedmd.client import adam, alignment_indices, alignment_set, digest, digest_loss
+from fedapp.methods.fedmd.client import train as fedmd_train
+from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
+from fedapp.methods.fedmd.server import consensus
+from fedapp.methods.fedmd.settings import FedMDSettings
 from fedapp.profiles import local_node
 from fedapp.random_streams import Stream
 from fedapp.records import from_record, load_state, to_record
 from fedapp.server_app import run_experiment
-from fedapp.settings.fedmd import FedMDSettings
-from fedapp.strategies.feddistill import CLIENT_LOGITS, UPLOAD_ROUND, label_consensus
-from fedapp.strategies.fedmd import consensus
 from fedapp.training.distillation import target_loader
 from fedapp.training.loops import seed_local_work, train_loader, train_supervised
 

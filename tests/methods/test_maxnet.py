@@ -17,15 +17,9 @@ from fedapp.client_app import app as client_app
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.feast_space import model_space
 from fedapp.federated_data import client_budgets, population
-from fedapp.models.arch import parse_arch
-from fedapp.models.counter import count
-from fedapp.models.elastic_resnet import state_shapes
-from fedapp.models.slicing import SliceAccumulator
-from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.records import from_record
-from fedapp.server_app import run_experiment
-from fedapp.strategies.base import build_strategy
-from fedapp.strategies.maxnet import (
+from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.strategy import build_strategy
+from fedapp.methods.maxnet.server import (
     MAX,
     MIN,
     RANDOM,
@@ -36,7 +30,13 @@ from fedapp.strategies.maxnet import (
     maxnet_weight,
     maxnet_weights,
 )
-from fedapp.strategies.reply_validation import ValidReply
+from fedapp.models.arch import parse_arch
+from fedapp.models.counter import count
+from fedapp.models.elastic_resnet import state_shapes
+from fedapp.models.slicing import SliceAccumulator
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.records import from_record
+from fedapp.server_app import run_experiment
 
 DIGITS_MAXNET = DIGITS_FEAST | {"strategy": "superfednas"}
 

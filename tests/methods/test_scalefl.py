@@ -12,9 +12,11 @@ import torch
 from local_grid import run_config, run_local
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedapp.clients.scalefl import kd_active, self_distillation_loss
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.messages import NUM_EXAMPLES
+from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.strategy import build_strategy
+from fedapp.methods.scalefl.client import kd_active, self_distillation_loss
 from fedapp.models.arch import load_supernet
 from fedapp.models.early_exits import (
     SCALEFL_LEVELS,
@@ -25,8 +27,6 @@ from fedapp.models.early_exits import (
 )
 from fedapp.models.slicing import fits
 from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.strategies.base import build_strategy
-from fedapp.strategies.reply_validation import ValidReply
 
 DIGITS_SCALEFL = {
     "strategy": "scalefl",

@@ -74,8 +74,8 @@ def main(argv: list[str]) -> int:
     import numpy as np
     from flwr.common.config import get_fused_config_from_dir
 
-    import fedapp.clients.feast
-    import fedapp.clients.fedavg  # noqa: F401  (the trainers a digits run dispatches to)
+    import fedapp.methods.feast.client
+    import fedapp.methods.fedavg.client  # noqa: F401  (the trainers a digits run dispatches to)
     from fedapp.client_app import app
     from fedapp.messages import PROFILE
 

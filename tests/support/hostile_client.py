@@ -25,13 +25,12 @@ from fedapp.messages import (
     CONFIG,
     EVAL_SPLIT,
     METRICS,
-    NAS_MULTIPLIER,
-    NAS_REASON,
     NUM_EXAMPLES,
     PROFILE,
     SERVER_ROUND,
     TRAIN_SECONDS,
 )
+from fedapp.methods.fedkd_nas.keys import NAS_MULTIPLIER, NAS_REASON
 
 INFLATION = 10**12
 

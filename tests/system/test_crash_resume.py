@@ -5,7 +5,7 @@
   FedAvg; the FEAST supernet; models on the clients: Ditto) the final model and every test
   figure equal those of the same run uninterrupted. The SuperNodes live on, as devices would; the
   resumed run is a new Flower run, so their ``Context.state`` is empty and Ditto's personal
-  models come from the nodes' disks (fedapp.clients.state_store).
+  models come from the nodes' disks (fedapp.methods.common.state_store).
 - A SuperNode killed and started again mid-run under Ditto continues its personal model from
   its disk (its log says from which round) instead of starting it afresh.
 """

@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_clientapp_and_trainers_import_no_data_or_plotting_libraries() -> None:
     probe = (
-        "import sys, json, fedapp.client_app, fedapp.clients.fedavg, fedapp.clients.feast\n"
+        "import sys, json, fedapp.client_app, fedapp.methods.fedavg.client\n"
+        "import fedapp.methods.feast.client\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -21,9 +21,9 @@ from fedapp.config import (
     protocol_keys,
     replace,
 )
-from fedapp.methods import METHODS, settings_class, settings_classes
-from fedapp.settings.fedkd_nas import FedKDNASSettings
-from fedapp.settings.fiarse import FiarseSettings
+from fedapp.method_table import METHODS, settings_class, settings_classes
+from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
+from fedapp.methods.fiarse.settings import FiarseSettings
 
 
 def test_every_field_has_a_pyproject_default_and_nothing_else() -> None:

@@ -246,7 +246,10 @@ def test_cli_imports_only_what_its_subcommand_needs(argv: list[str]) -> None:
 
 
 def test_a_clientapp_imports_no_ray_and_no_matplotlib() -> None:
-    code = "import fedapp.client_app, fedapp.clients.fedavg, fedapp.clients.feast\nrc = 0"
+    code = (
+        "import fedapp.client_app, fedapp.methods.fedavg.client, fedapp.methods.feast.client\n"
+        "rc = 0"
+    )
     loaded = _modules_after(code)["loaded"]
     assert "flwr" in loaded and "torch" in loaded
     assert "ray" not in loaded and "matplotlib" not in loaded

@@ -8,8 +8,8 @@ import logging
 import numpy as np
 import pytest
 
-from fedapp.strategies.base import finite_or_none
-from fedapp.strategies.reply_validation import capped_weights
+from fedapp.methods.common.reply_validation import capped_weights
+from fedapp.methods.common.strategy import finite_or_none
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,54 @@
+"""The one model a logit-exchange client owns (FedMD, FedDistill): chosen, kept, evaluated.
+
+These methods exchange predictions, never weights, so each client's model lives only on the
+client: it is the largest candidate of the run's family (``nas-family``) that the client's budget
+affords, built once, and kept across rounds in the node's Flower state. The server asks for its
+accuracy through EVALUATE messages (``HeterogeneousStrategy.client_evaluation``).
+"""
+
+from __future__ import annotations
+
+from flwr.app import Message, RecordDict
+from torch import nn
+
+from fedapp.config import RunConfig
+from fedapp.data.registry import DatasetInfo
+from fedapp.federated_data import dataset_info
+from fedapp.methods.common.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
+from fedapp.methods.common.node_state import load_arrays, save_arrays
+from fedapp.models.families import Candidate, build_candidate, largest_affordable
+from fedapp.profiles import LocalNode
+from fedapp.records import load_state
+from fedapp.run_models import run_candidates
+
+MODEL_KEY = "kept-model"  # node-state key of the client's own model
+
+
+def own_candidate(cfg: RunConfig, info: DatasetInfo, budget: float) -> Candidate:
+    """The largest candidate the budget affords; BudgetError when none does."""
+    return largest_affordable(run_candidates(cfg, info), budget)
+
+
+def load_own_model(cfg: RunConfig, node: LocalNode, info: DatasetInfo) -> tuple[nn.Module, bool]:
+    """(this node's model, whether it is new): the kept weights if any, else a fresh build."""
+    model = build_candidate(own_candidate(cfg, info, node.budget).name, info)
+    saved = load_arrays(node.state, MODEL_KEY)
+    if saved is not None:
+        load_state(model, saved)
+    return model, saved is None
+
+
+def keep_own_model(node: LocalNode, model: nn.Module) -> None:
+    """Store the model in the node's state for its next message."""
+    save_arrays(node.state, MODEL_KEY, model.state_dict())
+
+
+def evaluate_own_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """Client evaluator: this node's kept model on the server-held split the message names (a
+    node that has not trained yet has no model: :func:`no_model_reply`)."""
+    if load_arrays(node.state, MODEL_KEY) is None:
+        return no_model_reply()
+    info = dataset_info(cfg)
+    model, _ = load_own_model(cfg, node, info)
+    costs = candidate_costs(own_candidate(cfg, info, node.budget))
+    return evaluation_reply(model, message, cfg, info, costs)

@@ -1,0 +1,29 @@
+"""The whole-model client half: load the received model, train it on the local shard, send it
+back (FedAvg's client; Ditto's global copy and FedDF's prototypes train so)."""
+
+from __future__ import annotations
+
+from flwr.app import Message, MetricRecord, RecordDict
+
+from fedapp.config import RunConfig
+from fedapp.federated_data import dataset_info
+from fedapp.messages import ARRAYS, METRICS
+from fedapp.methods.common.local_round import local_sgd
+from fedapp.models.zoo import build_model, forward_macs
+from fedapp.profiles import LocalNode
+from fedapp.records import load_into, to_record
+from fedapp.training.loops import resolve_device, train_supervised
+from fedapp.training.train_metrics import train_metrics
+
+
+def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """Local SGD on the received weights of the named model (FedDF: the client's prototype);
+    reports the compute proxy (3 x forward MACs x examples trained)."""
+    info = dataset_info(cfg)
+    model = build_model(name, info)
+    load_into(model, message.content[ARRAYS])
+    _, loader, optimizer = local_sgd(model, message, cfg, node, info)
+    stats = train_supervised(model, loader, optimizer, cfg.local_epochs, resolve_device(cfg.device))
+    forward = forward_macs(name, info) * stats.examples
+    metrics = MetricRecord(train_metrics(len(loader.dataset), stats, stats.seconds, forward))
+    return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

@@ -1,0 +1,53 @@
+"""The whole-model server half: every sampled client trains the whole model, the server takes
+the sample-weighted mean (FedAvg's rule; Ditto's global model and FedDF's prototypes build on it).
+
+The mean is the leading-slice accumulator with every slice the whole tensor, so whole-model and
+routed methods share one aggregation (BN step counters are kept, not averaged).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fedapp.config import RunConfig
+from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
+from fedapp.federated_data import population
+from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.strategy import HeterogeneousStrategy, State
+from fedapp.models.slicing import SliceAccumulator
+from fedapp.models.zoo import build_model
+from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.random_streams import Stream, stream_seed
+from fedapp.records import load_state
+from fedapp.training.loops import eval_loader, evaluate, resolve_device
+
+
+class WholeModelStrategy(HeterogeneousStrategy):
+    """The run's model, averaged whole, evaluated centrally."""
+
+    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
+        super().__init__(cfg, nodes)
+        self.info = population(cfg).info
+        self.device = resolve_device(cfg.device)
+
+    def _model(self) -> torch.nn.Module:
+        return build_model(self.cfg.model, self.info)
+
+    def initial_state(self) -> State:
+        torch.manual_seed(stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
+        return {k: v.numpy().copy() for k, v in self._model().state_dict().items()}
+
+    def train_payload(self, profile: NodeProfile, global_state: State) -> State:
+        return global_state
+
+    def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
+        accumulator = SliceAccumulator(global_state)
+        for reply in replies:
+            accumulator.add(reply.arrays, weight=reply.weight)
+        return accumulator.result()
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        model = self._model()
+        load_state(model, state)
+        return evaluate(model, eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device)

@@ -1,0 +1,121 @@
+"""Ditto client (Li et al., ICML 2021): the FedAvg update of the global model, plus a personal
+model kept on this node and pulled towards the round's global model by a proximal term.
+
+Order: PFLlib's, not the official interleaved one. The global copy trains exactly as a FedAvg client
+(fedapp.methods.common.whole_model_client, reused), then the personal model trains on the same shard
+for the same epochs with v <- v - lr * (grad F(v) + lambda * (v - w^t)), w^t = the global model
+received this round. The two updates are independent (each starts from its own model and only reads
+w^t), so the order changes nothing but which mini-batch order each one sees.
+
+The personal model lives in Flower's node state (fedapp.methods.common.node_state), initialised from
+the first global model this node receives; only the global copy travels back to the server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from flwr.app import Message, RecordDict
+from torch import nn
+
+from fedapp.config import RunConfig
+from fedapp.federated_data import dataset_info
+from fedapp.messages import (
+    ARRAYS,
+    COMPUTE_METRIC,
+    CONFIG,
+    LEARNING_RATE,
+    METRICS,
+    SERVER_ROUND,
+    TRAIN_SECONDS,
+)
+from fedapp.methods.common.evaluation_reply import evaluation_reply, no_model_reply
+from fedapp.methods.common.node_state import load_arrays, save_arrays
+from fedapp.methods.common.whole_model_client import train_named_model
+from fedapp.methods.ditto.settings import DittoSettings
+from fedapp.models.zoo import build_model
+from fedapp.profiles import LocalNode
+from fedapp.random_streams import Stream
+from fedapp.records import from_record, load_state
+from fedapp.training.loops import (
+    TrainStats,
+    resolve_device,
+    seed_local_work,
+    sgd,
+    train_loader,
+    train_supervised,
+)
+
+#: node-state key of the personal model
+PERSONAL_KEY = "ditto-personal"
+
+
+def add_proximal_term(
+    optimizer: torch.optim.Optimizer, anchor: Sequence[torch.Tensor], lam: float
+) -> None:
+    """Before every step, add lam * (v - anchor) to each parameter's gradient: Ditto's proximal
+    pull of the personal model v towards the global model (anchor, in parameter order)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if len(params) != len(anchor):
+        raise ValueError(f"{len(params)} parameters but {len(anchor)} anchor tensors")
+
+    def pull(*_: object) -> None:
+        with torch.no_grad():
+            for param, target in zip(params, anchor, strict=True):
+                if param.grad is not None:
+                    param.grad.add_(param - target, alpha=lam)
+
+    optimizer.register_step_pre_hook(pull)
+
+
+def train_personal(
+    personal: nn.Module,
+    global_model: nn.Module,
+    loader: torch.utils.data.DataLoader,
+    cfg: RunConfig,
+    lr: float,
+    device: torch.device,
+) -> TrainStats:
+    """``local-epochs`` of SGD on the personal model with the proximal term towards the global
+    model's parameters (``ditto.lambda``)."""
+    personal.to(device)
+    anchor = [p.detach().to(device).clone() for p in global_model.parameters()]
+    optimizer = sgd(personal, lr, cfg.momentum, cfg.weight_decay)
+    add_proximal_term(optimizer, anchor, cfg.section(DittoSettings).lambda_)
+    return train_supervised(personal, loader, optimizer, cfg.local_epochs, device)
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """FedAvg's local update of the global model, then the personal model's proximal update."""
+    reply = train_named_model(cfg.model, message, cfg, node)
+    info = dataset_info(cfg)
+    server_round = int(message.content[CONFIG][SERVER_ROUND])
+    lr = float(message.content[CONFIG][LEARNING_RATE])
+    received = from_record(message.content[ARRAYS])
+    global_model = build_model(cfg.model, info)
+    load_state(global_model, received)
+    personal = build_model(cfg.model, info)
+    load_state(personal, load_arrays(node.state, PERSONAL_KEY) or received)
+    generator = seed_local_work(cfg.seed, Stream.DITTO_PERSONAL, server_round, node.partition_id)
+    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    stats = train_personal(personal, global_model, loader, cfg, lr, resolve_device(cfg.device))
+    save_arrays(node.state, PERSONAL_KEY, personal.state_dict())
+    metrics = reply.metric_records[METRICS]
+    metrics["personal-train-loss"] = stats.loss
+    # the personal model trains as many examples as the global copy, at the same cost
+    metrics[COMPUTE_METRIC] = 2 * float(metrics[COMPUTE_METRIC])
+    metrics[TRAIN_SECONDS] = float(metrics[TRAIN_SECONDS]) + stats.seconds
+    return reply
+
+
+def evaluate_personal(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """This node's personal model on the server-held split the message names (a node never
+    sampled has none: :func:`no_model_reply`)."""
+    kept = load_arrays(node.state, PERSONAL_KEY)
+    if kept is None:
+        return no_model_reply()
+    info = dataset_info(cfg)
+    model = build_model(cfg.model, info)
+    load_state(model, kept)
+    return evaluation_reply(model, message, cfg, info)

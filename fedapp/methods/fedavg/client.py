@@ -1,0 +1,14 @@
+"""FedAvg client: local SGD on the whole received model."""
+
+from __future__ import annotations
+
+from flwr.app import Message, RecordDict
+
+from fedapp.config import RunConfig
+from fedapp.methods.common.whole_model_client import train_named_model
+from fedapp.profiles import LocalNode
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """One round of local SGD on the run's model."""
+    return train_named_model(cfg.model, message, cfg, node)

@@ -1,0 +1,17 @@
+"""FedDF client: FedAvg's local SGD, on this client's prototype (the largest candidate of the
+run's family its budget affords, named by the server); it sends the trained prototype back."""
+
+from __future__ import annotations
+
+from flwr.app import Message, RecordDict
+
+from fedapp.config import RunConfig
+from fedapp.messages import CONFIG
+from fedapp.methods.common.whole_model_client import train_named_model
+from fedapp.methods.feddf.keys import PROTOTYPE
+from fedapp.profiles import LocalNode
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """``local-epochs`` of SGD on the received prototype (with FedAvg's compute proxy)."""
+    return train_named_model(str(message.content[CONFIG][PROTOTYPE]), message, cfg, node)

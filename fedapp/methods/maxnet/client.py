@@ -1,0 +1,33 @@
+"""SuperFedNAS / DeepFedNAS transfer client: plain supervised training of one assigned subnet.
+
+The payload holds exactly the leading slices of the subnet the server assigned (config key
+``subnet``), so the local model is the elastic network bounded by that architecture; each
+mini-batch is mixed once (Mixup/CutMix, as ``mix-batches`` says) and takes one clipped SGD step
+on the cross-entropy, through the supernet training loop with a one-pass plan (nothing is
+distilled).
+"""
+
+from __future__ import annotations
+
+from flwr.app import Message, RecordDict
+
+from fedapp.config import RunConfig
+from fedapp.feast_space import model_space
+from fedapp.federated_data import dataset_info
+from fedapp.messages import CONFIG
+from fedapp.methods.common.supernet_client import train_plan
+from fedapp.methods.maxnet.keys import SUBNET
+from fedapp.models.arch import parse_arch
+from fedapp.models.cache import Variant
+from fedapp.models.counter import count
+from fedapp.profiles import LocalNode
+from fedapp.training.co_training import CoTrainingPlan
+
+
+def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+    """One round of plain CE on the assigned subnet; the reply holds all its tensors."""
+    space = model_space(cfg, dataset_info(cfg))
+    arch = space.config.validate(parse_arch(str(message.content[CONFIG][SUBNET])))
+    cost = count(space.config, arch)
+    plan = CoTrainingPlan.single(Variant(arch, cost.macs, cost.params))
+    return train_plan(message, cfg, node, arch, plan, kd_weight=0.0)
