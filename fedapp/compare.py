@@ -47,7 +47,6 @@ from fedapp.evaluation.intervals import (
     SUMMARY_SUFFIX,
     format_accuracy,
     row_interval,
-    wilson_interval,
 )
 from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
 from fedapp.evaluation.results import (
@@ -60,7 +59,6 @@ from fedapp.evaluation.results import (
 )
 from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.method_table import METHOD_NAMES
-from fedapp.results import read_summary
 from fedapp.run_progress import RunProgress
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
@@ -230,7 +228,7 @@ def run_comparison(
         workdir.mkdir(parents=True, exist_ok=True)
         summary_path = run_dir_of(out_dir, strategy) / SUMMARY_FILE
         if summary_path.exists():
-            summaries[strategy] = read_summary(run_dir_of(out_dir, strategy))
+            summaries[strategy] = read_json(run_dir_of(out_dir, strategy) / SUMMARY_FILE)
             text = _accuracy_text(summaries[strategy])
             print(f"{head}: already finished ({text}), kept", flush=True)
             continue
@@ -247,7 +245,7 @@ def run_comparison(
         finally:
             progress.close()
         if summary_path.exists():
-            summaries[strategy] = read_summary(run_dir_of(out_dir, strategy))
+            summaries[strategy] = read_json(run_dir_of(out_dir, strategy) / SUMMARY_FILE)
             print(f"    done in {summaries[strategy]['wall_seconds']:.0f} s", flush=True)
         else:
             print(f"    FAILED: no summary.json; see {workdir / 'flwr-run.log'}", flush=True)
@@ -259,7 +257,7 @@ def collect_summaries(out_dir: Path, strategies: tuple[str, ...]) -> dict[str, d
     found = {}
     for strategy in strategies:
         if (run_dir_of(out_dir, strategy) / SUMMARY_FILE).exists():
-            found[strategy] = read_summary(run_dir_of(out_dir, strategy))
+            found[strategy] = read_json(run_dir_of(out_dir, strategy) / SUMMARY_FILE)
     return found
 
 
@@ -273,15 +271,10 @@ def _optional(mapping: dict[str, Any], *keys: str) -> float | None:
 
 
 def _interval(summary: dict[str, Any], key: str) -> tuple[float, float] | None:
-    """The 95 % interval of a summary's accuracy: as stored (``<key>_ci95``), or for a summary
-    written before intervals existed, from its ``test_examples`` where it has them; else None."""
+    """The 95 % interval of a summary's accuracy (``<key>_ci95``); None where it has none (a
+    missing teacher's accuracy, a mean over no answering client)."""
     stored = summary.get(key + SUMMARY_SUFFIX)
-    if stored is not None:
-        return float(stored[0]), float(stored[1])
-    value, images = summary.get(key), summary.get("test_images", summary.get("test_examples"))
-    if isinstance(value, int | float) and math.isfinite(value) and isinstance(images, int):
-        return wilson_interval(value, images) if images > 0 else None
-    return None
+    return None if stored is None else (float(stored[0]), float(stored[1]))
 
 
 def _with_bounds(key: str, value: Any, interval: tuple[float, float] | None) -> dict[str, Any]:

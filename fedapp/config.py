@@ -171,16 +171,6 @@ def protocol_keys() -> frozenset[str]:
     return frozenset(key_of(f.name) for f in run_fields() if is_protocol(f))
 
 
-def former_keys() -> dict[str, list[str]]:
-    """Flat keys of fedapp before method sections -> their key(s) now (``kd-temperature`` was
-    FedKD-NAS's and FedDF's)."""
-    renamed: dict[str, list[str]] = {}
-    for kind in settings_classes():
-        for old, new in kind.former_keys.items():
-            renamed.setdefault(old, []).append(f"{kind.name}.{new}")
-    return renamed
-
-
 def _coerce(key: str, value: Any, kind: type) -> Any:
     """Convert a TOML value to the field's type, refusing anything lossy or non-finite."""
     ok = (
@@ -233,19 +223,11 @@ def _parse_fields(
 
 
 def _unknown_keys(run_config: Mapping[str, Any], known: set[str]) -> list[str]:
-    """A message for each key no field reads, naming the new spelling of a former flat key."""
-    renamed = former_keys()
-    problems = []
-    for key in sorted(set(run_config) - known):
-        if key in renamed:
-            spelled = " and ".join(f"'{new}'" for new in renamed[key])
-            problems.append(
-                f"run config key '{key}' is now {spelled}: a method's own keys are in its "
-                "section, [tool.flwr.app.config.<section>] of pyproject.toml"
-            )
-        else:
-            problems.append(f"run config key '{key}' is unknown: pyproject.toml lists every key")
-    return problems
+    """A message for each key no field reads."""
+    return [
+        f"run config key '{key}' is unknown: pyproject.toml lists every key"
+        for key in sorted(set(run_config) - known)
+    ]
 
 
 def _cross_checks(cfg: RunConfig) -> list[str]:
@@ -300,34 +282,12 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
 def fused_run_config(app_dir: Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The app's defaults (``[tool.flwr.app.config]``) with ``overrides`` applied, as Flower
     fuses them; nested tables become dotted keys. A key the app does not declare is a
-    ConfigError that names its new spelling where it has one (Flower's own check only says
-    that it is not present)."""
+    ConfigError, with every such key named at once."""
     flat = flatten_dict(dict(overrides))
     problems = _unknown_keys(flat, set(get_fused_config_from_dir(app_dir, {})))
     if problems:
         raise ConfigError("invalid run configuration:\n  - " + "\n  - ".join(problems))
     return get_fused_config_from_dir(app_dir, flat)
-
-
-#: Keys added after runs were saved, with the value those runs behaved as: a run folder's
-#: config.json written before a key existed still parses (:func:`parse_saved_run_config`).
-LATER_KEYS: dict[str, Any] = {"tensorboard": False, "max-weight-share": 1.0}
-
-
-def upgraded_saved_config(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """A run folder's config.json in today's keys: former flat keys spelled as their section's
-    keys, keys it predates at their LATER_KEYS value."""
-    renamed = former_keys()
-    upgraded = dict(LATER_KEYS)
-    for key, value in saved.items():
-        for new in renamed.get(key, [key]):
-            upgraded[new] = value
-    return upgraded
-
-
-def parse_saved_run_config(saved: Mapping[str, Any]) -> RunConfig:
-    """A run folder's config.json as a RunConfig (:func:`upgraded_saved_config`)."""
-    return parse_run_config(upgraded_saved_config(saved))
 
 
 def replace(cfg: RunConfig, **changes: Any) -> RunConfig:
@@ -352,7 +312,6 @@ def config_differences(
     """Key -> (value in a run folder's ``saved`` config.json, value in ``cfg``) for every key on
     which they differ, ``ignored`` keys aside; ``cfg`` as the ServerApp writes it (JSON round
     trip), so 0.1 and 1e-1 are one value."""
-    saved = upgraded_saved_config(saved)
     wanted = json.loads(json.dumps(cfg.as_run_config()))
     keys = sorted((set(saved) | set(wanted)) - ignored)
     return {

@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import ConfigError, parse_saved_run_config
+from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.intervals import HIGH, LOW, format_row
 from fedapp.evaluation.operating_points import OperatingPoint, calibration_loader
 from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE, RunRecorder, read_json
@@ -39,7 +39,7 @@ def extract(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     for name in (CONFIG_FILE, BEST_MODEL_FILE):
         if not (run_dir / name).is_file():
             raise ConfigError(f"{run_dir}: no {name} (give the folder of a finished run)")
-    cfg = parse_saved_run_config(read_json(run_dir / CONFIG_FILE))
+    cfg = parse_run_config(read_json(run_dir / CONFIG_FILE))
     if cfg.strategy not in SUPERNET_METHODS:
         raise ConfigError(
             f"{run_dir} is a {cfg.strategy!r} run; extraction needs a FEAST supernet "

@@ -4,9 +4,6 @@ A run folder holds summary.json, metrics.jsonl and whichever CSVs its method wri
 ``fedapp.evaluation.results`` and the strategies); :func:`load_run` reads them into pandas
 DataFrames under fixed names, so a notebook or script need not know which method wrote which
 file. ``fedapp show <run-dir>`` prints the same facts (:func:`describe`).
-
-Summaries written before intervals existed get them here, in memory, as ``fedapp compare`` gives
-them (:func:`read_summary`).
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fedapp.config import parse_saved_run_config
 from fedapp.data.extras import DATA, needs_extra
 from fedapp.evaluation.accounting import CLIENT_WORK_FILE, COMMUNICATION_FILE
 from fedapp.evaluation.intervals import (
@@ -24,8 +20,6 @@ from fedapp.evaluation.intervals import (
     LOW,
     SUMMARY_SUFFIX,
     format_accuracy,
-    summary_intervals,
-    wilson_interval,
 )
 from fedapp.evaluation.labels import LABELS_FILE
 from fedapp.evaluation.operating_points import POPULATION_FILE, VARIANTS_FILE
@@ -38,7 +32,6 @@ from fedapp.evaluation.results import (
     read_text_whole,
     unreadable,
 )
-from fedapp.federated_data import server_set
 from fedapp.methods.common.client_held import CLIENTS_FILE
 
 if TYPE_CHECKING:
@@ -74,22 +67,6 @@ class RunResults:
         return _interval(self.summary, "test_accuracy")
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """A run's summary.json. One written before intervals existed gets them here, in memory,
-    from the size of the run's test split (recomputed from its config.json): every accuracy it
-    reports, its operating points included, was measured on that whole split."""
-    summary = read_json(run_dir / SUMMARY_FILE)
-    if "test_images" in summary or not (run_dir / CONFIG_FILE).exists():
-        return summary
-    cfg = parse_saved_run_config(read_json(run_dir / CONFIG_FILE))
-    images = len(server_set(cfg, "test").labels)
-    summary |= summary_intervals(summary, images)
-    for point in summary.get("variants", []):
-        if isinstance(point.get("accuracy"), int | float) and point.get(LOW) is None:
-            point[LOW], point[HIGH] = wilson_interval(float(point["accuracy"]), images)
-    return summary
-
-
 def load_run(path: str | Path) -> RunResults:
     """Every result file of the run in ``path`` (a folder with summary.json); ValueError naming
     the folder when it is none, RunFileError (a ValueError) naming a file that is torn or
@@ -113,7 +90,7 @@ def load_run(path: str | Path) -> RunResults:
     config_path = run_dir / CONFIG_FILE
     return RunResults(
         run_dir=run_dir,
-        summary=read_summary(run_dir),
+        summary=read_json(run_dir / SUMMARY_FILE),
         config=read_json(config_path) if config_path.is_file() else None,
         metrics=metrics,
         points=_csv(run_dir / VARIANTS_FILE),

@@ -67,9 +67,6 @@ class Section:
 
     #: The section's name: its keys are ``<name>.<key>``.
     name: ClassVar[str]
-    #: Flat keys of fedapp before sections existed -> the key in this section, so that an old
-    #: run config gets a message naming the new spelling and old run folders still load.
-    former_keys: ClassVar[Mapping[str, str]] = {}
 
     def cross_checks(self, strategy: str, run: Mapping[str, Any]) -> list[str]:
         """Problems between this section and the run-wide keys (``run``: key -> value), when

@@ -37,6 +37,7 @@ from fedapp.evaluation.results import (
     RunRecorder,
     read_json,
     run_folder_lock,
+    unreadable,
 )
 from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
 from fedapp.exchange import PromptGrid
@@ -225,12 +226,16 @@ def _starting_point(
     log(INFO, "fedapp: resuming %s after round %d", run_dir, done)
     if (run_dir / BEST_MODEL_FILE).exists():  # the final test reads it: a torn one fails now
         RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
-    if "accounts" not in extra:  # a checkpoint of an older fedapp: only the best round
-        log(WARNING, "fedapp: %s predates resumable accounting; it restarts from zero", run_dir)
-        return done + 1, state, extra, nothing_earlier
-    strategy.restore_accounts(json.loads(extra["accounts"]))
-    earlier = {"setup": float(extra["setup"]), "elapsed": float(extra["elapsed"])}
-    return done + 1, state, extra["best"], earlier
+    try:
+        accounts = json.loads(extra["accounts"])
+        earlier = {"setup": float(extra["setup"]), "elapsed": float(extra["elapsed"])}
+        best = dict(extra["best"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise unreadable(
+            run_dir / CHECKPOINT_FILE, f"not a checkpoint fedapp wrote: {err!r}"
+        ) from None
+    strategy.restore_accounts(accounts)
+    return done + 1, state, best, earlier
 
 
 def _write_labels(cfg: RunConfig, run_dir: Path, nodes: NodeRegistry) -> None:

@@ -133,12 +133,10 @@ def exposure(
 
 def work_by_device(client_work: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:
     """Per kind of device (``aarch64/cpu``, ``x86_64/cuda``): client-rounds, mean and largest
-    seconds of local work, largest peak memory. Rows of a checkpoint older than the device
-    column are left out."""
+    seconds of local work, largest peak memory."""
     by_device: dict[str, list[Mapping[str, Any]]] = {}
     for row in client_work:
-        if "device" in row:
-            by_device.setdefault(str(row["device"]), []).append(row)
+        by_device.setdefault(str(row["device"]), []).append(row)
     return {
         device: {
             "client_rounds": len(rows),

@@ -71,7 +71,8 @@ def with_interval(row: Mapping[str, Any], n: int | None = None) -> dict[str, Any
 
 
 def row_interval(row: Mapping[str, Any]) -> tuple[float, float] | None:
-    """A row's (ci95_low, ci95_high), or None for rows written before intervals existed."""
+    """A row's (ci95_low, ci95_high), or None where it has none (an accuracy that is not a
+    finite number)."""
     if row.get(LOW) is None or row.get(HIGH) is None:
         return None
     return float(row[LOW]), float(row[HIGH])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from digits_runs import SMALL_FEDAVG
 from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, run_local
 from processes import read_rounds
@@ -75,11 +76,19 @@ def _cut_short(path: Path) -> None:
     path.write_bytes(half[:-1] if half.endswith(b"\n") else half)
 
 
+def _without_accounts(path: Path) -> None:
+    """A whole checkpoint that lacks what this fedapp writes into every one."""
+    saved = torch.load(path, weights_only=True)
+    del saved["extra"]["accounts"]
+    torch.save(saved, path)
+
+
 @pytest.mark.parametrize(
     ("name", "spoil"),
     [
         ("metrics.jsonl", lambda p: p.write_text('{"round": 1, "clients-acc\n' + p.read_text())),
         ("checkpoint.pt", _cut_short),
+        ("checkpoint.pt", _without_accounts),
         ("model_best.pt", _cut_short),
         ("config.json", _cut_short),
     ],

@@ -38,6 +38,11 @@ SMOKES = [
         300,
     ),
     (["scripts/results_digest.py", "{tmp}/digest", "fedavg"], "fedavg", 300),
+    (
+        ["scripts/migrate_run_folders.py", "--check", "docs/results/runs"],
+        "run folders up to date after this",
+        300,
+    ),
     (["scripts/churn_soak.py", "--smoke", "--work", "{tmp}/soak"], "test accuracy:", 600),
 ]
 

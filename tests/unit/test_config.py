@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import tomllib
-from typing import Any
 
 import pytest
 from flwr.common.config import flatten_dict
@@ -12,12 +10,8 @@ from local_grid import APP_DIR, run_config
 
 from fedapp.config import (
     ConfigError,
-    RunConfig,
-    config_differences,
-    former_keys,
     fused_run_config,
     parse_run_config,
-    parse_saved_run_config,
     protocol_keys,
     replace,
 )
@@ -125,47 +119,9 @@ def test_missing_key_is_reported() -> None:
         parse_run_config(config)
 
 
-@pytest.mark.parametrize(
-    ("old", "value", "new"),
-    [
-        ("fiarse-grid-points", 3, "'fiarse.grid-points'"),
-        ("scalefl-kd-gamma", 0.2, "'scalefl.kd-weight'"),
-        ("kd-alpha", 0.7, "'fedkd-nas.kd-weight'"),
-        ("feddistill-weight", 0.5, "'feddistill.kd-weight'"),
-        ("kd-temperature", 2.0, "'fedkd-nas.kd-temperature' and 'feddf.kd-temperature'"),
-        ("ditto-lambda", 0.1, "'ditto.lambda'"),
-    ],
-)
-def test_a_former_flat_key_names_its_new_spelling(old, value, new) -> None:
-    with pytest.raises(ConfigError) as err:
-        fused_run_config(APP_DIR, {old: value})
-    assert f"run config key '{old}' is now {new}" in str(err.value)
-    with pytest.raises(ConfigError, match=f"'{old}' is now"):
-        parse_run_config(run_config() | {old: value})
-
-
 def test_an_unknown_key_is_reported() -> None:
     with pytest.raises(ConfigError, match=r"'fiarse\.grid-pionts' is unknown"):
         fused_run_config(APP_DIR, {"fiarse": {"grid-pionts": 3}})
-
-
-def _flat_spellings(cfg: RunConfig) -> dict[str, Any]:
-    """``cfg`` as the config.json of a run folder written before sections existed."""
-    new_to_old = {new: old for old, news in former_keys().items() for new in news}
-    return {
-        new_to_old.get(key, key): value
-        for key, value in json.loads(json.dumps(cfg.as_run_config())).items()
-    }
-
-
-def test_a_run_folder_saved_with_flat_keys_still_loads() -> None:
-    cfg = parse_run_config(run_config(scalefl__kd_weight=0.3, fiarse__grid_points=4))
-    saved = _flat_spellings(cfg)
-    assert saved["scalefl-kd-gamma"] == 0.3 and saved["fiarse-grid-points"] == 4
-    assert parse_saved_run_config(saved) == cfg
-    assert config_differences(saved, cfg) == {}
-    changed = parse_run_config(run_config(scalefl__kd_weight=0.5, fiarse__grid_points=4))
-    assert config_differences(saved, changed) == {"scalefl.kd-weight": (0.3, 0.5)}
 
 
 def test_protocol_keys_are_derived_from_the_fields() -> None:

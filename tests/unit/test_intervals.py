@@ -224,7 +224,7 @@ def test_accuracy_axis_shows_every_interval_with_margin(tmp_path: Path) -> None:
     assert accuracy_axis_limits([]) == (0.0, 100.0)
     nan = float("nan")  # a mean over no answering client
     assert accuracy_axis_limits([(nan, nan), (90.0, 92.0)]) == (85.0, 95.0)
-    # summaries written before intervals existed still plot (no error bars for them)
+    # points without an interval still plot (no error bars for them)
     old = [{"index": 0, "macs": 1e6, "params": 10, "accuracy": 0.9}]
     new = [_point(0, 2_000_000, 280, 300)]
     path = plot_methods_accuracy_vs_macs(

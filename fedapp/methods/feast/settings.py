@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from fedapp.sections import Section, fraction, one_of, setting
 
@@ -15,10 +13,6 @@ TRAINING_RULES = ("full", "min-max-kd", "min-max", "max", "min")
 @dataclass(frozen=True)
 class FeastSettings(Section):
     name = "feast"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "training-rule": "training-rule",
-        "kd-weight": "kd-weight",
-    }
 
     training_rule: str = setting(one_of(TRAINING_RULES))
     #: rho_kd: weight of the distillation from the client's largest variant.

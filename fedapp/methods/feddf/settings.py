@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from fedapp.sections import Section, at_least, positive, setting
 
@@ -12,15 +10,6 @@ from fedapp.sections import Section, at_least, positive, setting
 @dataclass(frozen=True)
 class FedDFSettings(Section):
     name = "feddf"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "distill-steps": "distill-steps",
-        "distill-eval-every": "distill-eval-every",
-        "distill-patience": "distill-patience",
-        "distill-batch-size": "distill-batch-size",
-        "distill-lr": "distill-lr",
-        "distill-grad-clip": "distill-grad-clip",
-        "kd-temperature": "kd-temperature",
-    }
 
     distill_steps: int = setting(at_least(1))
     distill_eval_every: int = setting(at_least(1))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from fedapp.sections import Section, at_least, setting
 
@@ -12,10 +10,6 @@ from fedapp.sections import Section, at_least, setting
 @dataclass(frozen=True)
 class FedDistillSettings(Section):
     name = "feddistill"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "feddistill-weight": "kd-weight",
-        "feddistill-exclude-own": "exclude-own",
-    }
 
     #: lambda of the MSE to the label's global logit.
     kd_weight: float = setting(at_least(0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from fedapp.models.zoo import model_names
 from fedapp.sections import Section, at_least, fraction, one_of, positive, setting
@@ -19,27 +19,6 @@ NAS_SCORE_SETS = ("private", "public")
 @dataclass(frozen=True)
 class FedKDNASSettings(Section):
     name = "fedkd-nas"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "nas-lambda": "lambda",
-        "nas-margin": "margin",
-        "nas-keep": "keep",
-        "nas-holdout": "holdout",
-        "nas-memory-mb": "memory-mb",
-        "nas-duel-every": "duel-every",
-        "nas-warmup-steps": "warmup-steps",
-        "nas-score-on": "score-on",
-        "nas-public-holdout": "public-holdout",
-        "kd-alpha": "kd-weight",
-        "kd-temperature": "kd-temperature",
-        "kd-steps": "kd-steps",
-        "teacher-beta": "teacher-beta",
-        "ema-gamma": "ema-gamma",
-        "logit-aggregation": "logit-aggregation",
-        "trim-fraction": "trim-fraction",
-        "teacher-epochs": "teacher-epochs",
-        "teacher-model": "teacher-model",
-        "teacher-folds": "teacher-folds",
-    }
 
     # the client's NAS controller
     lambda_: float = setting(at_least(0))

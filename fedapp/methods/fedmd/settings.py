@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from fedapp.sections import Section, at_least, setting
 
@@ -13,13 +13,6 @@ from fedapp.sections import Section, at_least, setting
 @dataclass(frozen=True)
 class FedMDSettings(Section):
     name = "fedmd"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "alignment-size": "alignment-size",
-        "pretrain-public-epochs": "pretrain-public-epochs",
-        "pretrain-private-epochs": "pretrain-private-epochs",
-        "digest-epochs": "digest-epochs",
-        "revisit-epochs": "revisit-epochs",
-    }
 
     alignment_size: int = setting(at_least(1))
     pretrain_public_epochs: int = setting(at_least(0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from fedapp.sections import Section, fraction, one_of, setting
 
@@ -17,11 +17,6 @@ SUBNET_SAMPLINGS = ("budget-constrained", "unconstrained", "feast-transfer")
 @dataclass(frozen=True)
 class MaxNetSettings(Section):
     name = "maxnet"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "subnet-sampling": "subnet-sampling",
-        "maxnet-decay-fraction": "decay-fraction",
-        "maxnet-weight-examples": "weight-examples",
-    }
 
     subnet_sampling: str = setting(one_of(SUBNET_SAMPLINGS))
     decay_fraction: float = setting(fraction(True, 1, False))

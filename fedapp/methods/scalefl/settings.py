@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
 
 from fedapp.sections import Section, at_least, one_of, positive, setting
 
@@ -15,12 +13,6 @@ SCALEFL_KD_FORMS = ("official", "feast")
 @dataclass(frozen=True)
 class ScaleFLSettings(Section):
     name = "scalefl"
-    former_keys: ClassVar[Mapping[str, str]] = {
-        "scalefl-exit-convs": "exit-convs",
-        "scalefl-kd-gamma": "kd-weight",
-        "scalefl-kd-temperature": "kd-temperature",
-        "scalefl-kd-form": "kd-form",
-    }
 
     exit_convs: int = setting(at_least(0))
     #: gamma: weight of the self-distillation between exits (0: cross-entropy at every exit).
