@@ -17,7 +17,6 @@ from typing import Any
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.results import write_csv
-from fedapp.federated_data import population
 from fedapp.messages import ACCURACY, LOSS, NUM_EXAMPLES, SELECTION_KEY
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
 from fedapp.profiles import NodeProfile, NodeRegistry
@@ -31,7 +30,6 @@ class ClientHeldStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.info = population(cfg).info
         self.cheapest_macs = run_candidates(cfg, self.info)[0].macs
 
     def ineligibility(self, profile: NodeProfile) -> str | None:

@@ -1,5 +1,6 @@
-"""A client's round set-up and local epochs under the run's settings, for the trainers of
-FEAST, HeteroFL, ScaleFL, FIARSE and FedAvg (the loops themselves are fedapp.training.loops)."""
+"""A client's round set-up and local epochs under the run's settings, for every trainer: the
+round's seeded generator, its shuffled shard, SGD at the message's learning rate (the loops
+themselves are fedapp.training.loops)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,22 @@ from fedapp.training.loops import (
 )
 
 
+def round_generator(
+    message: Message, cfg: RunConfig, node: LocalNode, stream: Stream = Stream.LOCAL_TRAINING
+) -> torch.Generator:
+    """The generator of this node's work in the message's round, by ``stream``; it seeds torch's
+    global generator too, so a model built after it is initialised from the same stream."""
+    server_round = int(message.content[CONFIG][SERVER_ROUND])
+    return seed_local_work(cfg.seed, stream, server_round, node.partition_id)
+
+
+def shard_loader(
+    cfg: RunConfig, node: LocalNode, info: DatasetInfo, generator: torch.Generator
+) -> DataLoader:
+    """The node's training shard, shuffled by ``generator``, in the run's batch size."""
+    return train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+
+
 def local_sgd(
     model: nn.Module,
     message: Message,
@@ -32,17 +49,16 @@ def local_sgd(
     node: LocalNode,
     info: DatasetInfo,
     weight_decay: float | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Generator, DataLoader, torch.optim.SGD]:
-    """A client's round set-up after its model is built: the round's seeded generator, its
-    shuffled shard and SGD at the message's learning rate (``weight_decay`` overrides the run's).
-    """
-    config = message.content[CONFIG]
-    generator = seed_local_work(
-        cfg.seed, Stream.LOCAL_TRAINING, int(config[SERVER_ROUND]), node.partition_id
-    )
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    """A client's round set-up after its model is built: the round's seeded generator (``generator``
+    where the trainer seeded it before building its model), its shuffled shard and SGD at the
+    message's learning rate (``weight_decay`` overrides the run's)."""
+    generator = round_generator(message, cfg, node) if generator is None else generator
+    loader = shard_loader(cfg, node, info, generator)
     decay = cfg.weight_decay if weight_decay is None else weight_decay
-    return generator, loader, sgd(model, float(config[LEARNING_RATE]), cfg.momentum, decay)
+    learning_rate = float(message.content[CONFIG][LEARNING_RATE])
+    return generator, loader, sgd(model, learning_rate, cfg.momentum, decay)
 
 
 def train_local_epochs(

@@ -31,7 +31,7 @@ from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.evaluation.accounting import RunAccounts
 from fedapp.evaluation.operating_points import PointEvaluator
-from fedapp.federated_data import server_set
+from fedapp.federated_data import population, server_set
 from fedapp.messages import (
     ACCURACY,
     ARRAYS,
@@ -83,6 +83,9 @@ class HeterogeneousStrategy(Strategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         self.cfg = cfg
         self.nodes = nodes
+        #: The run's data-set facts (channels, image size, classes) and the device it runs on.
+        self.info = population(cfg).info
+        self.device = resolve_device(cfg.device)
         self.report = RoundReport()
         self.cohorts = CohortSampler(cfg, nodes, self.ineligibility)
         #: The run's accounts: traffic, compute, metered work, trained operating points.

@@ -24,7 +24,6 @@ from fedapp.evaluation.operating_points import (
     points_validation,
 )
 from fedapp.feast_space import model_space
-from fedapp.federated_data import population
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import BudgetError, Route
@@ -40,7 +39,6 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.info = population(cfg).info
         self.space = model_space(cfg, self.info)
         self.anchors = self.space.anchors(cfg.anchor_variants)
         self.points = point_evaluator(cfg, self.info)

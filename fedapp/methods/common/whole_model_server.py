@@ -12,15 +12,14 @@ import torch
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import population
+from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
-from fedapp.models.slicing import SliceAccumulator
 from fedapp.models.zoo import build_model
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
-from fedapp.training.loops import eval_loader, evaluate, resolve_device
+from fedapp.training.loops import eval_loader, evaluate
 
 
 class WholeModelStrategy(HeterogeneousStrategy):
@@ -28,8 +27,6 @@ class WholeModelStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.info = population(cfg).info
-        self.device = resolve_device(cfg.device)
 
     def _model(self) -> torch.nn.Module:
         return build_model(self.cfg.model, self.info)
@@ -42,10 +39,7 @@ class WholeModelStrategy(HeterogeneousStrategy):
         return global_state
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
-        accumulator = SliceAccumulator(global_state)
-        for reply in replies:
-            accumulator.add(reply.arrays, weight=reply.weight)
-        return accumulator.result()
+        return slice_mean(global_state, replies)
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
         model = self._model()

@@ -27,10 +27,10 @@ from fedapp.messages import (
     CONFIG,
     LEARNING_RATE,
     METRICS,
-    SERVER_ROUND,
     TRAIN_SECONDS,
 )
 from fedapp.methods.common.evaluation_reply import evaluation_reply, no_model_reply
+from fedapp.methods.common.local_round import round_generator, shard_loader
 from fedapp.methods.common.node_state import load_arrays, save_arrays
 from fedapp.methods.common.whole_model_client import train_named_model
 from fedapp.methods.ditto.settings import DittoSettings
@@ -41,9 +41,7 @@ from fedapp.records import from_record, load_state
 from fedapp.training.loops import (
     TrainStats,
     resolve_device,
-    seed_local_work,
     sgd,
-    train_loader,
     train_supervised,
 )
 
@@ -90,15 +88,14 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     """FedAvg's local update of the global model, then the personal model's proximal update."""
     reply = train_named_model(cfg.model, message, cfg, node)
     info = dataset_info(cfg)
-    server_round = int(message.content[CONFIG][SERVER_ROUND])
     lr = float(message.content[CONFIG][LEARNING_RATE])
     received = from_record(message.content[ARRAYS])
     global_model = build_model(cfg.model, info)
     load_state(global_model, received)
     personal = build_model(cfg.model, info)
     load_state(personal, load_arrays(node.state, PERSONAL_KEY) or received)
-    generator = seed_local_work(cfg.seed, Stream.DITTO_PERSONAL, server_round, node.partition_id)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    generator = round_generator(message, cfg, node, Stream.DITTO_PERSONAL)
+    loader = shard_loader(cfg, node, info, generator)
     stats = train_personal(personal, global_model, loader, cfg, lr, resolve_device(cfg.device))
     save_arrays(node.state, PERSONAL_KEY, personal.state_dict())
     metrics = reply.metric_records[METRICS]

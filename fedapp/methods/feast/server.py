@@ -17,13 +17,14 @@ from flwr.common.logger import log
 
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.accounting import exposure
+from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.common.supernet_server import CachedSupernetStrategy
 from fedapp.methods.feast.keys import AFFORDABLE, ROUTED
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.elastic_resnet import state_shapes
-from fedapp.models.slicing import SliceAccumulator, extract
+from fedapp.models.slicing import extract
 from fedapp.profiles import NodeProfile
 from fedapp.training.co_training import plan_for
 
@@ -59,10 +60,7 @@ class FeastStrategy(CachedSupernetStrategy):
         return [self.space.cache.variants.index(v) for v in plan.trained]
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
-        accumulator = SliceAccumulator(global_state)
-        for reply in replies:
-            accumulator.add(reply.arrays, weight=reply.weight)
-        return accumulator.result()
+        return slice_mean(global_state, replies)
 
     # ---- evaluation ---------------------------------------------------------------------------
     def params_by_client(self, state: State) -> dict[int, int]:

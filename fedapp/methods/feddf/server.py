@@ -34,7 +34,7 @@ from fedapp.evaluation.operating_points import (
     operating_point_report,
 )
 from fedapp.evaluation.results import write_csv
-from fedapp.federated_data import population, public_images, server_set
+from fedapp.federated_data import public_images, server_set
 from fedapp.messages import ACCURACY, LOSS, SELECTION_KEY
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import (
@@ -53,7 +53,7 @@ from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
 from fedapp.run_models import run_family
 from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
-from fedapp.training.loops import eval_loader, evaluate, resolve_device, seed_local_work
+from fedapp.training.loops import eval_loader, evaluate, seed_local_work
 
 SEPARATOR = "/"  # between a prototype's name and its tensor's name in the global state
 DISTILLATION_FILE = "distillation.csv"  # per round and prototype: steps, best step, accuracies
@@ -84,8 +84,6 @@ class FedDFStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.info = population(cfg).info
-        self.device = resolve_device(cfg.device)
         self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
         self.public = public_images(cfg)  # images only: labels withheld
         self.validation = server_set(cfg, "validation")

@@ -21,27 +21,21 @@ from fedapp.federated_data import dataset_info
 from fedapp.messages import (
     ARRAYS,
     COMPUTE_METRIC,
-    CONFIG,
-    LEARNING_RATE,
     METRICS,
     NUM_EXAMPLES,
-    SERVER_ROUND,
     TRAIN_LOSS,
     TRAIN_SECONDS,
 )
+from fedapp.methods.common.local_round import local_sgd, round_generator
 from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
 from fedapp.methods.feddistill.keys import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
 from fedapp.methods.feddistill.settings import FedDistillSettings
 from fedapp.profiles import LocalNode
-from fedapp.random_streams import Stream
 from fedapp.records import from_record, to_record
 from fedapp.training.loops import (
     backward,
     resolve_device,
-    seed_local_work,
-    sgd,
     train_epochs,
-    train_loader,
 )
 from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
 
@@ -84,16 +78,12 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     start = time.perf_counter()
     info = dataset_info(cfg)
     device = resolve_device(cfg.device)
-    config = message.content[CONFIG]
-    generator = seed_local_work(
-        cfg.seed, Stream.LOCAL_TRAINING, int(config[SERVER_ROUND]), node.partition_id
-    )
+    generator = round_generator(message, cfg, node)  # before the model: a new one is seeded
     model, _ = load_own_model(cfg, node, info)
     received = from_record(message.content[ARRAYS])
     global_logits = torch.as_tensor(received[GLOBAL_LOGITS], device=device)
     present = torch.as_tensor(received[GLOBAL_PRESENT], device=device)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    optimizer = sgd(model, float(config[LEARNING_RATE]), cfg.momentum, cfg.weight_decay)
+    _, loader, optimizer = local_sgd(model, message, cfg, node, info, generator=generator)
     recorded = LabelLogits(info.num_classes)
 
     def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:

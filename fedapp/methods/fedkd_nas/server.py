@@ -66,7 +66,6 @@ from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, sm
 from fedapp.training.loops import (
     eval_loader,
     evaluate,
-    resolve_device,
     seed_local_work,
     sgd,
     train_loader,
@@ -143,7 +142,6 @@ class FedKDNASStrategy(ClientHeldStrategy):
         self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
         self.public_labels = server_set(cfg, "public").labels
         self.public_shape = (len(self.public_labels), self.info.num_classes)
-        self.device = resolve_device(cfg.device)
         self.teachers: list[torch.nn.Module] = []
         self.nas_rows: list[dict[str, Any]] = []
         self.exchange: dict[str, float] = {}  # this round's agreement metrics

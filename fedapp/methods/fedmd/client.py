@@ -41,6 +41,7 @@ from fedapp.messages import (
     TRAIN_LOSS,
     TRAIN_SECONDS,
 )
+from fedapp.methods.common.local_round import round_generator, shard_loader
 from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
 from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
 from fedapp.methods.fedmd.settings import FedMDSettings
@@ -51,7 +52,6 @@ from fedapp.training.distillation import predict_logits, target_loader
 from fedapp.training.loops import (
     backward,
     resolve_device,
-    seed_local_work,
     train_epochs,
     train_loader,
     train_supervised,
@@ -120,10 +120,10 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     info = dataset_info(cfg)
     device = resolve_device(cfg.device)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
-    generator = seed_local_work(cfg.seed, Stream.LOCAL_TRAINING, server_round, node.partition_id)
+    generator = round_generator(message, cfg, node)  # before the model: a new one is seeded
     fedmd = cfg.section(FedMDSettings)
     model, fresh = load_own_model(cfg, node, info)
-    private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    private = shard_loader(cfg, node, info, generator)
     trained, private_loss = 0, float("nan")
     if fresh:  # transfer learning: labeled public set, then private data
         public = train_loader(server_set(cfg, "public"), info, PUBLIC_BATCH_SIZE, generator)

@@ -36,7 +36,6 @@ from fedapp.evaluation.operating_points import (
     point_result,
     points_validation,
 )
-from fedapp.federated_data import population
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.fiarse.keys import MASK_MACS, THRESHOLDS
@@ -91,7 +90,6 @@ class FiarseStrategy(HeterogeneousStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(FiarseSettings)
-        self.info = population(cfg).info
         self.config = substrate_config(cfg, self.info)
         self.points = point_evaluator(cfg, self.info)
         probe = full_model(self.config)

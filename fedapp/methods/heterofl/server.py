@@ -34,7 +34,6 @@ from fedapp.evaluation.operating_points import (
     point_result,
     points_validation,
 )
-from fedapp.federated_data import population
 from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
@@ -61,7 +60,6 @@ class HeteroFLStrategy(HeterogeneousStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(HeteroFLSettings)
-        self.info = population(cfg).info
         self.config = substrate_config(cfg, self.info)
         self.costs: dict[float, Cost] = {
             rate: count(self.config, width_arch(self.config, rate)) for rate in WIDTHS

@@ -27,6 +27,7 @@ from flwr.serverapp import Grid
 from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.feast_space import ModelSpace
+from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.common.supernet_server import CachedSupernetStrategy
@@ -36,7 +37,7 @@ from fedapp.models.arch import Arch
 from fedapp.models.counter import count, count_population
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.routing import affordable
-from fedapp.models.slicing import SliceAccumulator, extract
+from fedapp.models.slicing import extract
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng
 
@@ -265,10 +266,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
             maxnet_weight(server_round - 1, self.decay_rounds),
             self.weight_examples,
         )
-        accumulator = SliceAccumulator(global_state)
-        for reply, weight in zip(replies, weights, strict=True):
-            accumulator.add(reply.arrays, weight=weight)
-        return accumulator.result()
+        return slice_mean(global_state, replies, weights)
 
     # ---- resume and final report ----------------------------------------------------------------
     def accounts(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from fedapp.evaluation.operating_points import (
     point_result,
     points_validation,
 )
-from fedapp.federated_data import population
+from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.scalefl.keys import LEVEL
@@ -40,7 +40,7 @@ from fedapp.models.early_exits import (
     level_model,
     level_shapes,
 )
-from fedapp.models.slicing import SliceAccumulator, extract
+from fedapp.models.slicing import extract
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.records import load_state
@@ -53,7 +53,6 @@ class ScaleFLStrategy(HeterogeneousStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(ScaleFLSettings)
-        self.info = population(cfg).info
         self.substrate = substrate_config(cfg, self.info)
         self.costs = level_costs(self.substrate, self.settings.exit_convs)
         self.points = point_evaluator(cfg, self.info)
@@ -106,10 +105,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         return [self.level_of(profile)]
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
-        accumulator = SliceAccumulator(global_state)
-        for reply in replies:
-            accumulator.add(reply.arrays, weight=1.0)
-        return accumulator.result()
+        return slice_mean(global_state, replies, [1.0] * len(replies))
 
     # ---- evaluation ---------------------------------------------------------------------------
     def _level_with(self, state: State, level: int) -> EarlyExitResNet:
