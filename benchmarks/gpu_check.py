@@ -12,10 +12,10 @@ the measured data loading.
     python benchmarks/gpu_check.py --smoke          # CPU: 2 clients, 1 round, tiny data, the
                                                     # small supernet: checks the script anywhere
 
-With ``--nodes 2`` the run attaches (RAY_ADDRESS) to a local Ray cluster of two nodes on
-127.0.0.1 (fedapp.ray_cluster: ``ray start --head`` and ``ray start --address``), each with half
-the cores and every GPU (on a one-GPU machine both nodes' clients share it), as a user's cluster
-of two GPU machines would run; the table then also gives each node's ClientApp CPU seconds.
+With ``--nodes 2`` the run attaches (RAY_ADDRESS) to a local Ray cluster of two nodes on 127.0.0.1
+(tests/support/ray_cluster.py: ``ray start --head`` and ``ray start --address``), each with half the
+cores and every GPU (on a one-GPU machine both nodes' clients share it), as a user's cluster of two
+GPU machines would run; the table then also gives each node's ClientApp CPU seconds.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 from flwr_runs import ROOT, flwr_run_once
 
-from fedapp.ray_cluster import LocalRayCluster
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from ray_cluster import LocalRayCluster
 
 CLASSES = 100
 
