@@ -26,9 +26,8 @@ from typing import Any
 from fedapp.device_speed import PROFILE_HELP
 from fedapp.device_speed import add_arguments as add_profile_arguments
 from fedapp.device_speed import profile as profile_device
-from fedapp.models.arch import SupernetConfig, load_supernet, parse_arch
+from fedapp.models.arch import CACHES_DIR, SupernetConfig, load_supernet, parse_arch
 from fedapp.models.cache import (
-    CACHES_DIR,
     Segment,
     VariantCache,
     build_cache,

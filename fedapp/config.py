@@ -22,8 +22,7 @@ from flwr.common.config import flatten_dict, get_fused_config_from_dir
 
 from fedapp.data.registry import DATASET_NAMES
 from fedapp.method_table import METHODS, settings_class, settings_classes
-from fedapp.models.arch import SUPERNETS_DIR, yaml_names
-from fedapp.models.cache import CACHES_DIR
+from fedapp.models.arch import CACHES_DIR, SUPERNETS_DIR, yaml_names
 from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.budgets import RNG_KINDS

@@ -45,7 +45,6 @@ from fedapp.data.registry import (
     read_npz,
     source_files,
 )
-from fedapp.feast_space import smallest_variant_macs
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
 from fedapp.partitions.splits import ServerSplits, server_splits
@@ -79,6 +78,9 @@ def client_budgets(cfg: RunConfig) -> np.ndarray:
     """Every client's compute budget (MACs), by partition id: Zipf ranks mapped to the range."""
     floor = 0.0
     if _budget_floor_space(cfg.budget_rng, cfg.supernet, cfg.variant_cache):
+        # FEAST's model space is loaded only by the runs whose budgets it floors
+        from fedapp.feast_space import smallest_variant_macs
+
         floor = smallest_variant_macs(cfg, load_dataset(cfg.dataset, cfg.data_dir).info)
     return budget_population(cfg, floor)
 

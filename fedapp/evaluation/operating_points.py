@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from logging import INFO
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -45,10 +45,12 @@ from fedapp.evaluation.results import write_csv
 from fedapp.messages import SELECTION_KEY
 from fedapp.models.arch import SupernetConfig
 from fedapp.models.bn_calibration import recalibrate_bn
-from fedapp.models.cache import VariantCache
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.records import load_state
 from fedapp.training.loops import eval_loader, evaluate
+
+if TYPE_CHECKING:  # FEAST's cache: only runs that serve its variants load it
+    from fedapp.models.cache import VariantCache
 
 EVAL_BATCH_SIZE = 256
 VARIANTS_FILE = "variants.csv"

@@ -22,6 +22,8 @@ import yaml
 
 #: Where named supernet configurations live (``conf/supernets`` at the repository root).
 SUPERNETS_DIR = Path(__file__).resolve().parents[2] / "conf" / "supernets"
+#: Where named variant caches of a supernet live (``conf/caches``; fedapp.models.cache reads them).
+CACHES_DIR = Path(__file__).resolve().parents[2] / "conf" / "caches"
 
 
 def make_divisible(value: float, divisor: int = 8, min_value: int | None = None) -> int:

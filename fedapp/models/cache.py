@@ -26,12 +26,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedapp.models.arch import Arch, SupernetConfig, load_supernet, named_yaml
+from fedapp.models.arch import CACHES_DIR, Arch, SupernetConfig, load_supernet, named_yaml
 from fedapp.models.counter import count
 from fedapp.models.ga import GAParams, SearchResult, search
 
-#: Where named caches live (``conf/caches`` at the repository root).
-CACHES_DIR = Path(__file__).resolve().parents[2] / "conf" / "caches"
 FORMAT = "fedapp-variant-cache/1"
 
 

@@ -20,8 +20,8 @@ from torch import nn
 
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import load_supernet
+from fedapp.models.budgets import BudgetError
 from fedapp.models.elastic_resnet import ResNet
-from fedapp.models.routing import BudgetError
 from fedapp.models.substrate import width_arch
 
 BYTES_PER_VALUE = 4  # float32

@@ -14,13 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fedapp.models.arch import Arch, SupernetConfig
+from fedapp.models.budgets import BudgetError
 from fedapp.models.cache import VariantCache
 from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import state_shapes
-
-
-class BudgetError(ValueError):
-    """A budget too small for any cached variant."""
 
 
 def affordable(cache: VariantCache, budget: float) -> list[int]:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,8 +37,8 @@ from fedapp.methods.fedkd_nas.nas import (
 )
 from fedapp.methods.fedkd_nas.server import FedKDNASStrategy, teacher_folds
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
+from fedapp.models.budgets import BudgetError
 from fedapp.models.families import family_candidates
-from fedapp.models.routing import BudgetError
 from fedapp.profiles import LocalNode, NodeRegistry
 from fedapp.records import from_record
 from fedapp.training.distillation import endless, kd_loss, predict_logits
@@ -381,3 +384,33 @@ def test_local_kd_receives_the_teacher_once_and_sends_nothing(tmp_path) -> None:
     sent = [from_record(m.content["arrays"]) for m in grid.sent if "arrays" in m.content]
     assert [len(arrays) for arrays in sent] == [1, 1, 1, 0, 0, 0]
     assert len(choices) == 6  # the controller still runs every round
+
+
+#: The modules of FEAST's model space (supernet cache, its search, budget routing, co-training).
+FEAST_SPACE = (
+    "fedapp.feast_space",
+    "fedapp.models.cache",
+    "fedapp.models.ga",
+    "fedapp.models.routing",
+    "fedapp.training.co_training",
+)
+
+
+def test_a_fedkd_nas_run_imports_nothing_of_feasts_model_space(tmp_path) -> None:
+    """Both halves of a whole run, in a fresh interpreter: the logit methods do not reach FEAST's
+    supernet, cache or routes through the shared layers."""
+    overrides = FAST | {"strategy": "fedkd-nas", "num_server_rounds": 1}
+    overrides |= {"out_dir": str(tmp_path), "run_name": "kd"}
+    code = (
+        "import sys, json\n"
+        f"sys.path.insert(0, {str(Path(__file__).parents[1] / 'support')!r})\n"
+        "from local_grid import run_config, run_local\n"
+        f"summary, _ = run_local(run_config(**{overrides!r}), num_nodes=3)\n"
+        "assert summary['rounds'] == 1\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m in {FEAST_SPACE!r})))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

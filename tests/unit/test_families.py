@@ -12,6 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import load_supernet
+from fedapp.models.budgets import BudgetError
 from fedapp.models.counter import count
 from fedapp.models.families import (
     FAMILY_NAMES,
@@ -21,7 +22,6 @@ from fedapp.models.families import (
     family_candidates,
     largest_affordable,
 )
-from fedapp.models.routing import BudgetError
 from fedapp.models.substrate import width_arch
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.run_models import run_family

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedapp.models.arch import Arch, load_supernet
+from fedapp.models.arch import CACHES_DIR, Arch, load_supernet
 from fedapp.models.cache import (
-    CACHES_DIR,
     Segment,
     build_cache,
     import_cache,

@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from fedapp.models.arch import Arch, load_supernet
+from fedapp.models.budgets import BudgetError
 from fedapp.models.cache import load_cache
 from fedapp.models.elastic_resnet import ElasticResNet, state_shapes
-from fedapp.models.routing import BudgetError, affordable, envelope, route
+from fedapp.models.routing import affordable, envelope, route
 from fedapp.models.slicing import SliceAccumulator, extract
 
 

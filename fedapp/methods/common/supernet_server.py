@@ -25,8 +25,9 @@ from fedapp.evaluation.operating_points import (
 )
 from fedapp.feast_space import model_space
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
+from fedapp.models.budgets import BudgetError
 from fedapp.models.elastic_resnet import ElasticResNet
-from fedapp.models.routing import BudgetError, Route
+from fedapp.models.routing import Route
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
 

@@ -45,8 +45,8 @@ from fedapp.methods.common.strategy import (
 )
 from fedapp.methods.feddf.keys import PROTOTYPE
 from fedapp.methods.feddf.settings import FedDFSettings
+from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, build_candidate, family_candidates, largest_affordable
-from fedapp.models.routing import BudgetError
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed

@@ -42,8 +42,8 @@ from fedapp.methods.common.node_state import (
     save_values,
 )
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
+from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, affordable
-from fedapp.models.routing import BudgetError
 from fedapp.random_streams import Stream, stream_rng
 from fedapp.run_models import run_candidates, run_family
 
