@@ -27,15 +27,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # set before any test module imports 
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test with its folder's tier, and run the system tier first: its tests take
-    minutes, mostly waiting on the processes they start, so under xdist (one test at a time per
-    worker, ``--maxschedchunk 1``) the other tiers fill those waits instead of following them."""
+    """Mark every test with its folder's tier."""
     for item in items:
         folder = item.path.relative_to(TESTS).parts[0]
         if folder not in TIERS:
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of {', '.join(TIERS)}")
         item.add_marker(folder)
-    items.sort(key=lambda item: item.get_closest_marker("system") is None)
 
 
 @pytest.fixture(autouse=True, scope="session")
