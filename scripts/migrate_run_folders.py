@@ -149,7 +149,8 @@ def migrate(run_dir: Path, write: bool) -> list[str]:
     summary = read_json(run_dir / SUMMARY_FILE)
     variants_path = run_dir / VARIANTS_FILE
     variants_text = variants_path.read_text() if variants_path.is_file() else None
-    needs_points = variants_text is not None and LOW not in variants_text.splitlines()[0]
+    header = (variants_text or "").partition("\n")[0]
+    needs_points = bool(header) and LOW not in header
     if "test_images" in summary and not needs_points:
         return changed
     test_images = len(server_set(parse_run_config(config), "test").labels)
@@ -183,7 +184,7 @@ def main(argv: list[str]) -> int:
     for run_dir in runs:
         try:
             changed = migrate(run_dir, write=not args.check)
-        except (ConfigError, ValueError, OSError) as err:
+        except (ConfigError, ValueError, OSError, KeyError, TypeError) as err:
             print(f"{run_dir}: not migrated: {err}")
             failed += 1
             continue

@@ -92,7 +92,11 @@ def test_a_folder_it_cannot_read_is_named_and_the_rest_go_on(tmp_path: Path, cap
     shutil.copytree(KEPT_RUN, tmp_path / "good")
     shutil.copytree(KEPT_RUN, tmp_path / "torn")
     (tmp_path / "torn" / "config.json").write_text('{"seed": 4')
+    shutil.copytree(KEPT_RUN, tmp_path / "no-points")
+    (tmp_path / "no-points" / "summary.json").write_text('{"variants": [{"index": 0}]}')
+    (tmp_path / "no-points" / "variants.csv").write_text("index\n0\n")
     assert migration.main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert f"{tmp_path / 'torn'}: not migrated" in out and "torn or corrupt" in out
+    assert f"{tmp_path / 'no-points'}: not migrated" in out  # a point without its accuracy
     assert f"{tmp_path / 'good'}: up to date" in out
