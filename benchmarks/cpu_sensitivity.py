@@ -52,7 +52,7 @@ def local_training_seconds(threads: int = 1) -> float:
     from flwr.common.serde import message_from_proto, message_to_proto
     from local_grid import local_federation, preset_overrides, run_config
 
-    from fedapp.client_app import app as client_app
+    from fedapp.apps.client_app import app as client_app
 
     torch.set_num_threads(threads)
     fed = local_federation(run_config(**(preset_overrides("quickstart") | {"local_epochs": 1})), 20)
@@ -77,11 +77,11 @@ def validation_seconds(threads: int) -> float:
     sys.path.insert(0, str(ROOT / "tests" / "support"))
     from local_grid import preset_overrides, run_config
 
-    from fedapp.config import parse_run_config
-    from fedapp.feast_space import model_space
-    from fedapp.federated_data import population, server_set
     from fedapp.methods.common.strategy import point_evaluator
     from fedapp.models.elastic_resnet import ElasticResNet
+    from fedapp.run.config import parse_run_config
+    from fedapp.run.feast_space import model_space
+    from fedapp.run.federated_data import population, server_set
 
     torch.set_num_threads(threads)
     cfg = parse_run_config(run_config(**preset_overrides("quickstart")))

@@ -1,7 +1,7 @@
 """Run the app once with the real `flwr run` (local SuperLink, Ray) for a benchmark.
 
 Isolated FLWR_HOME and free ports; the local SuperLink it starts is stopped when the run ends,
-also on failure or interruption (fedapp.launcher).
+also on failure or interruption (fedapp.tools.launcher).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedapp.launcher import APP_DIR, run_app, write_run_config
+from fedapp.tools.launcher import APP_DIR, run_app, write_run_config
 
 #: The app's root (conf/ presets live here): the checkout whose fedapp is imported.
 ROOT = APP_DIR

@@ -1,6 +1,6 @@
 """What a setting is: a typed field with its check, and the section that groups a method's keys.
 
-Kept below ``fedapp.config`` so that the run-wide keys and every method's section are declared
+Kept below ``fedapp.run.config`` so that the run-wide keys and every method's section are declared
 and checked the same way, each check beside its field.
 """
 

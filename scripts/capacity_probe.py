@@ -21,14 +21,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedapp.config import fused_run_config, parse_run_config
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import wilson_interval
-from fedapp.feast_space import model_space
-from fedapp.federated_data import population, server_set
-from fedapp.launcher import APP_DIR
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.random_streams import Stream, stream_seed
+from fedapp.run.config import fused_run_config, parse_run_config
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import population, server_set
+from fedapp.tools.launcher import APP_DIR
 from fedapp.training.loops import (
     eval_loader,
     evaluate,

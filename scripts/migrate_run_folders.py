@@ -32,11 +32,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.intervals import HIGH, LOW, summary_intervals, wilson_interval
 from fedapp.evaluation.operating_points import VARIANTS_FILE
 from fedapp.evaluation.results import CONFIG_FILE, SUMMARY_FILE, read_json, replace_text
-from fedapp.federated_data import server_set
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.federated_data import server_set
 
 #: Flat keys before method sections -> their key(s) in today's sections.
 SECTIONED_KEYS: dict[str, tuple[str, ...]] = {

@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from local_grid import run_local  # noqa: E402
 
-from fedapp.compare import load_comparison  # noqa: E402
+from fedapp.tools.compare import load_comparison  # noqa: E402
 
 SHARED = [
     "dataset=digits",

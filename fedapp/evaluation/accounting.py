@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from fedapp.evaluation.results import write_csv
-from fedapp.messages import COMPUTE_METRIC, CPU_PERCENT, PEAK_RSS_MB, WALL_SECONDS
 from fedapp.models.slicing import is_averaged, leading_slice
+from fedapp.wire.messages import COMPUTE_METRIC, CPU_PERCENT, PEAK_RSS_MB, WALL_SECONDS
 
 COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
 CLIENT_WORK_FILE = "client_work.csv"  # one row per metered client-round: device, seconds, memory

@@ -29,7 +29,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedapp.messages import ACCURACY, NUM_EXAMPLES
+from fedapp.wire.messages import ACCURACY, NUM_EXAMPLES
 
 #: Φ⁻¹(0.975): the standard normal quantile of a two-sided 95 % interval.
 Z95 = 1.959963984540054

@@ -42,12 +42,12 @@ from fedapp.evaluation.intervals import (
 )
 from fedapp.evaluation.plots import plot_accuracy_vs_macs
 from fedapp.evaluation.results import write_csv
-from fedapp.messages import SELECTION_KEY
 from fedapp.models.arch import SupernetConfig
 from fedapp.models.bn_calibration import recalibrate_bn
 from fedapp.models.elastic_resnet import ElasticResNet
-from fedapp.records import load_state
 from fedapp.training.loops import eval_loader, evaluate
+from fedapp.wire.messages import SELECTION_KEY
+from fedapp.wire.records import load_state
 
 if TYPE_CHECKING:  # FEAST's cache: only runs that serve its variants load it
     from fedapp.models.cache import VariantCache

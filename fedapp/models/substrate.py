@@ -1,7 +1,7 @@
 """The run's ResNet18 substrate for the weight-sharing baselines (HeteroFL, ScaleFL, FIARSE).
 
 The substrate is a configuration of the elastic ResNet family (``conf/supernets/resnet18-*.yaml``)
-sized for the data set like FEAST's supernet (``fedapp.run_models.substrate_config``), so server
+sized for the data set like FEAST's supernet (``fedapp.run.run_models.substrate_config``), so server
 and clients derive identical tensor shapes from the run config alone. A baseline's width level is
 the architecture "every position at one width multiplier, full depth"; its tensors are leading
 slices of the full model's.

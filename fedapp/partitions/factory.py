@@ -7,7 +7,7 @@ column maps a partition back to indices even when a partitioner reorders the row
 
 ``datasets`` and ``flwr_datasets`` are imported only when a partition is computed: they take about
 1.5 s to import, which every deployment ClientApp process would otherwise pay even when its shard
-is already cached on disk (``fedapp.federated_data``), and they come with the ``data`` extra,
+is already cached on disk (``fedapp.run.federated_data``), and they come with the ``data`` extra,
 which a device training on its own files (``data-path``) does not install.
 """
 

@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader
 
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import ImageDataset, eval_transform, mix_batch, train_transform
-from fedapp.messages import ACCURACY, LOSS
 from fedapp.random_streams import Stream, stream_seed
+from fedapp.wire.messages import ACCURACY, LOSS
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,14 @@ accounting reads (training loss, steps and time; the compute proxy, ``COMPUTE_ME
 
 from __future__ import annotations
 
-from fedapp.messages import COMPUTE_METRIC, NUM_EXAMPLES, TRAIN_LOSS, TRAIN_SECONDS, TRAIN_STEPS
 from fedapp.training.loops import TrainStats
+from fedapp.wire.messages import (
+    COMPUTE_METRIC,
+    NUM_EXAMPLES,
+    TRAIN_LOSS,
+    TRAIN_SECONDS,
+    TRAIN_STEPS,
+)
 
 #: Forward + backward convolution arithmetic as a multiple of the forward pass (paper: 3).
 FORWARD_BACKWARD_FACTOR = 3

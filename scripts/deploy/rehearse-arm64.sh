@@ -69,7 +69,7 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() {
-    python -c 'from fedapp.launcher import free_port; print(free_port())'
+    python -c 'from fedapp.tools.launcher import free_port; print(free_port())'
 }
 
 # start NAME CMD...: in its own session (its PID is its group), output to WORK/NAME.log
@@ -81,7 +81,7 @@ start() {
     echo $!
 }
 
-import_seconds='import time; t = time.perf_counter(); import fedapp.client_app; print(f"{time.perf_counter() - t:.1f}")'
+import_seconds='import time; t = time.perf_counter(); import fedapp.apps.client_app; print(f"{time.perf_counter() - t:.1f}")'
 
 # The run config, written and read back as Flower and fedapp will read it, before anything starts.
 write_config() {
@@ -89,8 +89,8 @@ write_config() {
 import sys, tomllib
 from pathlib import Path
 from flwr.common.config import get_fused_config_from_dir, parse_config_args
-from fedapp.config import parse_run_config
-from fedapp.launcher import APP_DIR, write_run_config
+from fedapp.run.config import parse_run_config
+from fedapp.tools.launcher import APP_DIR, write_run_config
 preset, target, out, rounds = sys.argv[1:]
 config = tomllib.loads(Path(preset).read_text()) | {
     "num-clients": 3, "fraction-train": 1.0, "num-server-rounds": int(rounds),

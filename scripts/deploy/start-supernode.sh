@@ -23,7 +23,7 @@ set -euo pipefail
 
 die() { echo "error: $*" >&2; exit 2; }
 
-# A MAC count as `fedapp` parses one (fedapp.cli.parse_macs), printed as a plain number.
+# A MAC count as `fedapp` parses one (fedapp.tools.cli.parse_macs), printed as a plain number.
 macs() {
     local text=${1,,} number suffix value
     [[ "${text}" =~ ^([0-9]*\.?[0-9]+(e[0-9]+)?)([kmg]?)$ ]] \

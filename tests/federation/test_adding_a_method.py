@@ -12,8 +12,8 @@ import torch
 from local_grid import run_config, run_local
 
 from fedapp import method_table
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.method_table import Method
+from fedapp.run.config import ConfigError, parse_run_config
 
 TOY = Method(
     "toy",

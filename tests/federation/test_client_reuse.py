@@ -12,12 +12,12 @@ from flwr.common.serde import message_from_proto, message_to_proto
 from local_grid import local_federation, run_config
 from torch.utils.data import DataLoader
 
-from fedapp.client_app import app as client_app
+from fedapp.apps.client_app import app as client_app
 from fedapp.data.registry import load_dataset
 from fedapp.data.transforms import ImageDataset, eval_transform, train_transform
-from fedapp.messages import ARRAYS
 from fedapp.methods.common import kept_modules
-from fedapp.records import from_record
+from fedapp.wire.messages import ARRAYS
+from fedapp.wire.records import from_record
 
 
 def _delivered(message: Message) -> Message:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from local_grid import run_local
 
-from fedapp.compare import (
+from fedapp.evaluation.intervals import wilson_interval
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.tools.compare import (
     COMPARISONS_DIR,
     EFFICIENCY_FILE,
     PLOT_FILE,
@@ -26,8 +28,6 @@ from fedapp.compare import (
     write_outputs,
     write_seed_outputs,
 )
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.evaluation.intervals import wilson_interval
 
 
 def _comparison_file(tmp_path: Path, text: str) -> str:

@@ -24,13 +24,13 @@ from local_grid import (
     server_context,
 )
 
-from fedapp.client_app import app as client_app
-from fedapp.config import parse_run_config
-from fedapp.federated_data import client_budgets, client_shard
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import RunRejected, run_experiment
+from fedapp.apps.server_app import app as server_app
 from fedapp.methods.common.reply_validation import spec_of
 from fedapp.models.slicing import SliceAccumulator
-from fedapp.server_app import RunRejected, run_experiment
-from fedapp.server_app import app as server_app
+from fedapp.run.config import parse_run_config
+from fedapp.run.federated_data import client_budgets, client_shard
 
 FAST = preset_overrides("fedavg-digits") | {"num_server_rounds": 2}
 
@@ -74,7 +74,7 @@ def test_handshake_reports_partition_examples_and_budget(tmp_path) -> None:
     node_configs[2]["budget"] = 123e6  # a device's own budget wins over the seeded draw
     grid = LocalGrid(client_app, config, num_nodes=3, node_configs=node_configs)
     cfg = parse_run_config(config)
-    from fedapp.profiles import NodeRegistry
+    from fedapp.run.profiles import NodeRegistry
 
     nodes = NodeRegistry(cfg.num_clients)
     nodes.wait_for(grid, 3, timeout=5)
@@ -161,7 +161,7 @@ def test_bad_reply_is_dropped_and_the_rest_averaged(tmp_path, corrupt, reason) -
     initial = strategy.initial_state()
     from flwr.app import ConfigRecord
 
-    from fedapp.records import from_record, to_record
+    from fedapp.wire.records import from_record, to_record
 
     replies = grid.send_and_receive(
         strategy.configure_train(1, to_record(initial), ConfigRecord(), grid)
@@ -241,7 +241,7 @@ def test_each_round_pushes_its_heaviest_clients_first(tmp_path) -> None:
 def test_node_that_joins_later_is_profiled_when_first_seen(tmp_path) -> None:
     from flwr.app import ConfigRecord, Context, RecordDict
 
-    from fedapp.records import to_record
+    from fedapp.wire.records import to_record
 
     config = _config(tmp_path, num_clients=3, fraction_train=1.0, min_train_clients=3)
     _, grid, nodes, strategy = local_federation(config, num_nodes=3)
@@ -294,8 +294,8 @@ def test_resume_after_a_crash_continues_without_lost_or_repeated_rounds(tmp_path
 
 
 def test_a_split_that_does_not_fit_the_data_is_a_config_error(tmp_path) -> None:
-    from fedapp.config import ConfigError
-    from fedapp.federated_data import population
+    from fedapp.run.config import ConfigError
+    from fedapp.run.federated_data import population
 
     cfg = parse_run_config(_config(tmp_path, validation_size=5000))
     with pytest.raises(ConfigError, match="cannot split 'digits'"):

@@ -12,11 +12,11 @@ import numpy as np
 import torch
 from local_grid import LocalGrid, preset_overrides, run_config, run_local, server_context
 
-from fedapp.client_app import app as client_app
-from fedapp.config import parse_run_config
+from fedapp.apps.client_app import app as client_app
 from fedapp.methods.common.strategy import build_strategy
-from fedapp.profiles import NodeRegistry
-from fedapp.records import from_record
+from fedapp.run.config import parse_run_config
+from fedapp.run.profiles import NodeRegistry
+from fedapp.wire.records import from_record
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "flower-strategies.md"
 #: HeteroFL (a width per node) on the digits smoke preset; resnet18-small at 8x8 costs 23,861 to

@@ -22,10 +22,10 @@ from digits_runs import DIGITS_FEDKD_NAS
 from hostile_client import Lies, hostile_app
 from local_grid import LocalGrid, preset_overrides, run_config, server_context
 
-from fedapp.client_app import app as client_app
-from fedapp.config import parse_run_config
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import run_experiment
 from fedapp.evaluation.intervals import wilson_interval
-from fedapp.server_app import run_experiment
+from fedapp.run.config import parse_run_config
 
 FEDAVG = preset_overrides("fedavg-digits") | {
     "num_clients": 5,

@@ -14,13 +14,13 @@ import pytest
 from local_grid import LocalGrid, preset_overrides, run_config, server_context
 from PIL import Image
 
-from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import RunRejected
+from fedapp.apps.server_app import app as server_app
 from fedapp.data.registry import ImageArrays, load_dataset
-from fedapp.federated_data import client_shard
-from fedapp.profiles import NodeRegistry, local_node
-from fedapp.server_app import RunRejected
-from fedapp.server_app import app as server_app
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.federated_data import client_shard
+from fedapp.run.profiles import NodeRegistry, local_node
 
 FAST = preset_overrides("fedavg-digits") | {
     "num_clients": 3,

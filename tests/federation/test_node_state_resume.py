@@ -21,10 +21,10 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 from local_grid import PowerCut, crash_in_round, run_config, run_local
 
-from fedapp.config import parse_run_config
 from fedapp.methods.common.state_store import KEPT_SNAPSHOTS, ROUND_KEY, StateStore, snapshot_name
-from fedapp.profiles import local_node
-from fedapp.records import from_record, to_record
+from fedapp.run.config import parse_run_config
+from fedapp.run.profiles import local_node
+from fedapp.wire.records import from_record, to_record
 
 ROUNDS = 2
 #: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.

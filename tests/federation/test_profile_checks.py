@@ -22,9 +22,9 @@ from local_grid import (
     server_context,
 )
 
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.profiles import NodeRegistry
-from fedapp.records import to_record
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.profiles import NodeRegistry
+from fedapp.wire.records import to_record
 
 FAST = preset_overrides("fedavg-digits") | {"num_clients": 3, "fraction_train": 1.0}
 

@@ -19,9 +19,9 @@ from digits_runs import DIGITS_FEAST
 from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, run_local
 from processes import read_rounds
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.methods.common.strategy import build_strategy
-from fedapp.profiles import NodeRegistry
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.profiles import NodeRegistry
 
 ROUNDS, CRASH_AFTER = 2, 1
 #: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.

@@ -20,14 +20,14 @@ from digits_runs import DIGITS_FEAST
 from local_grid import run_config, run_local
 from processes import read_rounds
 
-from fedapp import cli
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.intervals import format_accuracy
 from fedapp.evaluation.labels import LABELS_FILE, LABELS_PLOT_FILE, write_label_distribution
 from fedapp.evaluation.results import RunRecorder
 from fedapp.evaluation.tensorboard import TENSORBOARD_DIR, scalar_tag
-from fedapp.federated_data import client_shard, population
 from fedapp.results import load_run
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.federated_data import client_shard, population
+from fedapp.tools import cli
 
 ROUNDS, NODES = 2, 4
 

@@ -24,11 +24,11 @@ from digits_runs import SMALL_FEDAVG
 from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, run_local
 from processes import read_rounds
 
-from fedapp import cli
-from fedapp.config import ConfigError
 from fedapp.evaluation.results import LOCK_FILE, RunFileError
-from fedapp.launcher import stop
 from fedapp.results import load_run
+from fedapp.run.config import ConfigError
+from fedapp.tools import cli
+from fedapp.tools.launcher import stop
 
 ROUNDS, NODES = 2, SMALL_FEDAVG["num_clients"]
 

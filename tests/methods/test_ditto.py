@@ -13,17 +13,17 @@ from local_grid import preset_overrides, run_config, run_local, server_context
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedapp.config import parse_run_config
-from fedapp.federated_data import population
-from fedapp.messages import ARRAYS, COMPUTE_METRIC, CONFIG, METRICS
 from fedapp.methods.common.node_state import load_arrays
 from fedapp.methods.ditto import client as ditto
 from fedapp.methods.fedavg import client as fedavg
 from fedapp.models.zoo import build_model, forward_macs
-from fedapp.profiles import local_node
 from fedapp.random_streams import Stream
-from fedapp.records import load_state, to_record
+from fedapp.run.config import parse_run_config
+from fedapp.run.federated_data import population
+from fedapp.run.profiles import local_node
 from fedapp.training.loops import seed_local_work, train_loader
+from fedapp.wire.messages import ARRAYS, COMPUTE_METRIC, CONFIG, METRICS
+from fedapp.wire.records import load_state, to_record
 
 CPU = torch.device("cpu")
 DITTO_DIGITS = preset_overrides("fedavg-digits") | {

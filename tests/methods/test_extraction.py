@@ -9,8 +9,8 @@ import pytest
 from digits_runs import DIGITS_FEAST
 from local_grid import run_config, run_local
 
-from fedapp.cli import main
 from fedapp.models.arch import parse_arch
+from fedapp.tools.cli import main
 
 
 @pytest.fixture(scope="module")

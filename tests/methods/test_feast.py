@@ -12,18 +12,18 @@ from digits_runs import DIGITS_FEAST
 from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 
-from fedapp.config import ConfigError, parse_run_config
+from fedapp.apps.server_app import run_experiment
 from fedapp.evaluation.accounting import CommunicationLedger, coverage_probability, exposure
 from fedapp.evaluation.intervals import format_row
-from fedapp.feast_space import model_space
-from fedapp.federated_data import population
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
-from fedapp.records import from_record, to_record
-from fedapp.server_app import run_experiment
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import population
 from fedapp.training.co_training import co_training_gradients, plan_for
 from fedapp.training.loops import optimizer_step
+from fedapp.wire.records import from_record, to_record
 
 
 def _space(**overrides):

@@ -12,13 +12,13 @@ from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
 
+from fedapp.apps.server_app import run_experiment
 from fedapp.data.registry import DatasetInfo, ImageArrays, load_dataset
-from fedapp.federated_data import HIDDEN_LABEL
 from fedapp.methods.feddf.server import prototype_state, uniform_average
-from fedapp.records import from_record, to_record
-from fedapp.server_app import run_experiment
+from fedapp.run.federated_data import HIDDEN_LABEL
 from fedapp.training.distillation import kd_loss, predict_logits
 from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
+from fedapp.wire.records import from_record, to_record
 
 CPU = torch.device("cpu")
 #: digits, 4 clients whose Zipf budgets (56k, 164k, 229k, 134k MACs) afford lenet5-x0.5 (19k) or

@@ -17,9 +17,7 @@ from digits_runs import DIGITS_FEDKD_NAS
 from flwr.app import RecordDict
 from local_grid import run_config, run_local
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo, ImageArrays
-from fedapp.federated_data import client_budgets, public_images
 from fedapp.methods.fedkd_nas.client import RoundTrainer, kd_schedule, train_with_kd
 from fedapp.methods.fedkd_nas.nas import (
     Measured,
@@ -39,10 +37,12 @@ from fedapp.methods.fedkd_nas.server import FedKDNASStrategy, teacher_folds
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.budgets import BudgetError
 from fedapp.models.families import family_candidates
-from fedapp.profiles import LocalNode, NodeRegistry
-from fedapp.records import from_record
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.federated_data import client_budgets, public_images
+from fedapp.run.profiles import LocalNode, NodeRegistry
 from fedapp.training.distillation import endless, kd_loss, predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
+from fedapp.wire.records import from_record
 
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)
 LENET = family_candidates("lenet5", DIGITS, batch_size=16)
@@ -345,7 +345,7 @@ def _budgets() -> dict[str, float]:
 
 
 def _client_holdout(partition: int) -> np.ndarray:
-    from fedapp.federated_data import client_shard
+    from fedapp.run.federated_data import client_shard
 
     cfg = _cfg()
     _, held = holdout_split(
@@ -388,7 +388,7 @@ def test_local_kd_receives_the_teacher_once_and_sends_nothing(tmp_path) -> None:
 
 #: The modules of FEAST's model space (supernet cache, its search, budget routing, co-training).
 FEAST_SPACE = (
-    "fedapp.feast_space",
+    "fedapp.run.feast_space",
     "fedapp.models.cache",
     "fedapp.models.ga",
     "fedapp.models.routing",

@@ -13,10 +13,8 @@ from local_grid import APP_DIR, local_federation, run_config
 from torch import nn
 from torch.func import functional_call
 
-from fedapp.compare import load_comparison
-from fedapp.config import ConfigError, RunConfig, parse_run_config
+from fedapp.apps.server_app import run_experiment
 from fedapp.data.registry import DatasetInfo
-from fedapp.federated_data import budget_population, population
 from fedapp.methods.fiarse.server import mac_levels, sparse_delta_average
 from fedapp.methods.fiarse.settings import FiarseSettings
 from fedapp.models.counter import count
@@ -33,9 +31,11 @@ from fedapp.models.masks import (
     masked_weight,
     value_costs,
 )
-from fedapp.records import from_record
-from fedapp.run_models import substrate_config
-from fedapp.server_app import run_experiment
+from fedapp.run.config import ConfigError, RunConfig, parse_run_config
+from fedapp.run.federated_data import budget_population, population
+from fedapp.run.run_models import substrate_config
+from fedapp.tools.compare import load_comparison
+from fedapp.wire.records import from_record
 
 
 class Tiny(nn.Module):

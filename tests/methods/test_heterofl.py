@@ -13,8 +13,7 @@ from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
 
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.messages import NUM_EXAMPLES
+from fedapp.apps.server_app import run_experiment
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.heterofl.client import class_mask, masked_logits
 from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
@@ -22,9 +21,10 @@ from fedapp.methods.heterofl.server import HeteroFLStrategy, dynamic_widths
 from fedapp.models.arch import load_supernet
 from fedapp.models.slicing import leading_slice
 from fedapp.models.width_scaling import WIDTHS, attach_scaler, width_model
-from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.records import from_record, to_record
-from fedapp.server_app import run_experiment
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.wire.messages import NUM_EXAMPLES
+from fedapp.wire.records import from_record, to_record
 
 #: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
 DIGITS_HETEROFL = {

@@ -12,11 +12,8 @@ import torch
 from flwr.app import Array, ConfigRecord, Message, MessageType, RecordDict
 from local_grid import LocalGrid, local_federation, run_config, server_context
 
-from fedapp.client_app import app as client_app
-from fedapp.compare import load_comparison
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.federated_data import population
-from fedapp.messages import LOGITS
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import run_experiment
 from fedapp.methods.common.node_state import load_arrays
 from fedapp.methods.common.own_model import MODEL_KEY, load_own_model, own_candidate
 from fedapp.methods.feddistill.client import LabelLogits, distillation_loss
@@ -27,12 +24,15 @@ from fedapp.methods.fedmd.client import train as fedmd_train
 from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
 from fedapp.methods.fedmd.server import consensus
 from fedapp.methods.fedmd.settings import FedMDSettings
-from fedapp.profiles import local_node
 from fedapp.random_streams import Stream
-from fedapp.records import from_record, load_state, to_record
-from fedapp.server_app import run_experiment
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.federated_data import population
+from fedapp.run.profiles import local_node
+from fedapp.tools.compare import load_comparison
 from fedapp.training.distillation import target_loader
 from fedapp.training.loops import seed_local_work, train_loader, train_supervised
+from fedapp.wire.messages import LOGITS
+from fedapp.wire.records import from_record, load_state, to_record
 
 #: digits, 3 IID clients whose budgets afford different LeNet5 widths (8x8: 7.7k-246k MACs)
 DIGITS = {

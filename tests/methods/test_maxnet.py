@@ -13,10 +13,8 @@ from digits_runs import DIGITS_FEAST
 from flwr.app import MessageType
 from local_grid import LocalGrid, local_federation, run_config, server_context
 
-from fedapp.client_app import app as client_app
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.feast_space import model_space
-from fedapp.federated_data import client_budgets, population
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import run_experiment
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import build_strategy
 from fedapp.methods.maxnet.server import (
@@ -34,9 +32,11 @@ from fedapp.models.arch import parse_arch
 from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import SliceAccumulator
-from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.records import from_record
-from fedapp.server_app import run_experiment
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import client_budgets, population
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.wire.records import from_record
 
 DIGITS_MAXNET = DIGITS_FEAST | {"strategy": "superfednas"}
 

@@ -12,8 +12,6 @@ import torch
 from local_grid import run_config, run_local
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedapp.config import ConfigError, parse_run_config
-from fedapp.messages import NUM_EXAMPLES
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import build_strategy
 from fedapp.methods.scalefl.client import kd_active, self_distillation_loss
@@ -26,7 +24,9 @@ from fedapp.models.early_exits import (
     level_shapes,
 )
 from fedapp.models.slicing import fits
-from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.wire.messages import NUM_EXAMPLES
 
 DIGITS_SCALEFL = {
     "strategy": "scalefl",

@@ -51,7 +51,7 @@ def _query(app: Any, node_config: dict[str, Any], run_config: dict[str, Any]) ->
     from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from fedapp.messages import DATA_FACTS
+    from fedapp.wire.messages import DATA_FACTS
 
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1001, 1
     content = RecordDict({DATA_FACTS: ConfigRecord(DIGITS_FACTS)})
@@ -76,8 +76,8 @@ def main(argv: list[str]) -> int:
 
     import fedapp.methods.feast.client
     import fedapp.methods.fedavg.client  # noqa: F401  (the trainers a digits run dispatches to)
-    from fedapp.client_app import app
-    from fedapp.messages import PROFILE
+    from fedapp.apps.client_app import app
+    from fedapp.wire.messages import PROFILE
 
     run_config = get_fused_config_from_dir(
         REPO, {"dataset": "digits", "num-clients": 2, "partitioner": "iid"}

@@ -18,8 +18,9 @@ import numpy as np
 from flwr.app import Array, ConfigRecord, Context, Message, MetricRecord
 from flwr.clientapp import ClientApp
 
-from fedapp import client_app as fedapp_client
-from fedapp.messages import (
+from fedapp.apps import client_app as fedapp_client
+from fedapp.methods.fedkd_nas.keys import NAS_MULTIPLIER, NAS_REASON
+from fedapp.wire.messages import (
     ACCURACY,
     ARRAYS,
     CONFIG,
@@ -30,7 +31,6 @@ from fedapp.messages import (
     SERVER_ROUND,
     TRAIN_SECONDS,
 )
-from fedapp.methods.fedkd_nas.keys import NAS_MULTIPLIER, NAS_REASON
 
 INFLATION = 10**12
 

@@ -22,11 +22,11 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedapp.client_app import app as client_app
-from fedapp.config import RunConfig, fused_run_config, parse_run_config
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import run_experiment
 from fedapp.methods.common.strategy import HeterogeneousStrategy, build_strategy
-from fedapp.profiles import NodeRegistry
-from fedapp.server_app import run_experiment
+from fedapp.run.config import RunConfig, fused_run_config, parse_run_config
+from fedapp.run.profiles import NodeRegistry
 
 APP_DIR = Path(__file__).resolve().parents[2]
 FIRST_NODE_ID = 1001

@@ -29,8 +29,8 @@ from typing import Any
 
 from flwr.common.config import flatten_dict
 
-from fedapp.launcher import APP_DIR as REPO_DIR
-from fedapp.launcher import (
+from fedapp.tools.launcher import APP_DIR as REPO_DIR
+from fedapp.tools.launcher import (
     BIN_DIR,  # noqa: F401  (re-exported: the tests find the venv's tools through it)
     FLWR,
     flower_env,

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedapp.launcher import BIN_DIR, flower_env, free_port, stop
+from fedapp.tools.launcher import BIN_DIR, flower_env, free_port, stop
 
 RAY = str(BIN_DIR / "ray")
 #: Object store per node: small, the nodes share this machine's memory and /dev/shm.

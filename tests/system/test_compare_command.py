@@ -13,9 +13,9 @@ import pytest
 from local_grid import PowerCut, crash_in_round, run_local
 from processes import BIN_DIR, flower_env, pids_mentioning
 
-from fedapp import cli
-from fedapp.compare import TABLE_FILE, load_comparison, placed_run_config, run_dir_of
 from fedapp.evaluation.intervals import format_accuracy
+from fedapp.tools import cli
+from fedapp.tools.compare import TABLE_FILE, load_comparison, placed_run_config, run_dir_of
 
 
 def _compare_smoke_digits(tmp_path: Path, out: Path) -> subprocess.CompletedProcess:

@@ -24,8 +24,8 @@ from processes import (
     read_rounds,
 )
 
-from fedapp.config import parse_run_config
-from fedapp.federated_data import population
+from fedapp.run.config import parse_run_config
+from fedapp.run.federated_data import population
 
 #: Examples on each device: not what a seeded shard of the run's pool would hold.
 DEVICE_SIZES = (301, 256)

@@ -11,7 +11,7 @@
 Flower 1.42 notices a vanished SuperNode only through heartbeats: each one keeps the node online
 for 2 x 30 s, and one is sent every 17.5-22.5 s, so the node drops out 37.5-60 s after it died.
 Then ``get_node_ids()`` no longer lists it and its pending message comes back as a
-NODE_UNAVAILABLE error; the server's round loop (fedapp.exchange) stops waiting at that point.
+NODE_UNAVAILABLE error; the server's round loop (fedapp.run.exchange) stops waiting at that point.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from processes import (
     read_rounds,
 )
 
-from fedapp.client_app import app as client_app
-from fedapp.server_app import app as server_app
+from fedapp.apps.client_app import app as client_app
+from fedapp.apps.server_app import app as server_app
 
 #: A normal deployment round takes a few seconds here; the resume test bounds waits by this.
 ROUND_TIMEOUT = 25.0

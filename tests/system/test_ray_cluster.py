@@ -13,7 +13,7 @@ from pathlib import Path
 from processes import flower_env, flwr_run_command, free_port, managed_processes, preset_with
 from ray_cluster import LocalRayCluster
 
-from fedapp.launcher import APP_DIR
+from fedapp.tools.launcher import APP_DIR
 
 #: The quickstart (FEAST, Zipf budgets, budget-aware split, co-training rule) on scikit-learn's
 #: 8x8 digits with 4 clients, all of them every round, so both nodes' actors get work.

@@ -23,7 +23,7 @@ def _fab_paths(app: Path) -> list[str]:
 
 def test_fab_holds_the_package_and_configs_only() -> None:
     paths = _fab_paths(APP_DIR)
-    assert "fedapp/server_app.py" in paths and "conf/quickstart.toml" in paths
+    assert "fedapp/apps/server_app.py" in paths and "conf/quickstart.toml" in paths
     assert not [p for p in paths if p.split("/")[0] in {"docs", "tests", "benchmarks", "scripts"}]
 
 
@@ -32,8 +32,8 @@ def test_a_kept_run_folder_does_not_enter_the_fab() -> None:
     files = {
         ".gitignore": (APP_DIR / ".gitignore").read_bytes(),
         "pyproject.toml": b"",
-        "fedapp/server_app.py": b"",
+        "fedapp/apps/server_app.py": b"",
         f"{nested}/summary.json": b"{}",
     }
     kept = sorted(filter_paths_for_publish(files))
-    assert kept == [".gitignore", "fedapp/server_app.py", "pyproject.toml"]
+    assert kept == [".gitignore", "fedapp/apps/server_app.py", "pyproject.toml"]

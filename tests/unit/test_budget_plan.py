@@ -9,7 +9,6 @@ import json
 import numpy as np
 import pytest
 
-from fedapp.cli import main
 from fedapp.evaluation.operating_points import population_accuracy
 from fedapp.models.arch import load_supernet
 from fedapp.models.cache import load_cache
@@ -17,6 +16,7 @@ from fedapp.models.counter import count
 from fedapp.models.routing import route
 from fedapp.partitions.budgets import zipf_budgets
 from fedapp.partitions.cohorts import cohort_indices
+from fedapp.tools.cli import main
 from fedapp.training.co_training import plan_for
 
 PRESET = "conf/feast-cifar100.toml"
@@ -29,7 +29,7 @@ def _json(capsys, *argv: str) -> dict:
 
 @pytest.fixture(scope="module")
 def paper_plan() -> dict:
-    from fedapp import budget_plan
+    from fedapp.tools import budget_plan
 
     return budget_plan.report(budget_plan.load_run_config(PRESET), [35e6])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedapp.cli import main
+from fedapp.tools.cli import main
 
 REF = "feast-cifar100-reference"
 
@@ -119,7 +119,7 @@ def test_console_entry_point_runs_as_a_module() -> None:
         [
             sys.executable,
             "-m",
-            "fedapp.cli",
+            "fedapp.tools.cli",
             "macs",
             "--arch",
             "d=0,0,0,0 e=0.1,0.1,0.1,0.1 w=0,0,0,0,0",

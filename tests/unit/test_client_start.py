@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 from local_grid import preset_overrides, run_config
 
-from fedapp.config import parse_run_config
 from fedapp.data import registry
-from fedapp.federated_data import (
+from fedapp.run.config import parse_run_config
+from fedapp.run.federated_data import (
     _cached_shard,
     adopt_data_facts,
     client_shard,
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_clientapp_and_trainers_import_no_data_or_plotting_libraries() -> None:
     probe = (
-        "import sys, json, fedapp.client_app, fedapp.methods.fedavg.client\n"
+        "import sys, json, fedapp.apps.client_app, fedapp.methods.fedavg.client\n"
         "import fedapp.methods.feast.client\n"
         f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     )

@@ -8,16 +8,16 @@ import pytest
 from flwr.common.config import flatten_dict
 from local_grid import APP_DIR, run_config
 
-from fedapp.config import (
+from fedapp.method_table import METHODS, settings_class, settings_classes
+from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
+from fedapp.methods.fiarse.settings import FiarseSettings
+from fedapp.run.config import (
     ConfigError,
     fused_run_config,
     parse_run_config,
     protocol_keys,
     replace,
 )
-from fedapp.method_table import METHODS, settings_class, settings_classes
-from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
-from fedapp.methods.fiarse.settings import FiarseSettings
 
 
 def test_every_field_has_a_pyproject_default_and_nothing_else() -> None:

@@ -216,7 +216,7 @@ def _modules_after(code: str) -> dict[str, object]:
 
 def _cli(argv: list[str]) -> str:
     return (
-        "from fedapp.cli import main\n"
+        "from fedapp.tools.cli import main\n"
         "try:\n"
         f"    rc = main({argv!r})\n"
         "except SystemExit as exit:\n"
@@ -247,7 +247,7 @@ def test_cli_imports_only_what_its_subcommand_needs(argv: list[str]) -> None:
 
 def test_a_clientapp_imports_no_ray_and_no_matplotlib() -> None:
     code = (
-        "import fedapp.client_app, fedapp.methods.fedavg.client, fedapp.methods.feast.client\n"
+        "import fedapp.apps.client_app, fedapp.methods.fedavg.client, fedapp.methods.feast.client\n"
         "rc = 0"
     )
     loaded = _modules_after(code)["loaded"]

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from fedapp.cli import main
-from fedapp.device_speed import add_arguments, measure, profile, propose_budget
+from fedapp.tools.cli import main
+from fedapp.tools.device_speed import add_arguments, measure, profile, propose_budget
 
 
 def test_measurement_counts_real_training_steps() -> None:

@@ -9,7 +9,6 @@ import torch
 from local_grid import run_config
 from torch.utils.flop_counter import FlopCounterMode
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import load_supernet
 from fedapp.models.budgets import BudgetError
@@ -24,7 +23,8 @@ from fedapp.models.families import (
 )
 from fedapp.models.substrate import width_arch
 from fedapp.models.zoo import build_model, forward_macs
-from fedapp.run_models import run_family
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.run_models import run_family
 
 MNIST = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", False)
 DIGITS = DatasetInfo("digits", 10, 1, 8, (0.0,), (1.0,), "none", False)

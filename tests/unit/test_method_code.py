@@ -1,5 +1,5 @@
-"""Source checks over the two halves of every method, for mistakes no run shows: a message or
-metric name spelled out where fedapp.messages or a method's keys.py names it (the halves agree by
+"""Source checks over the two halves of every method, for mistakes no run shows: a message or metric
+name spelled out where fedapp.wire.messages or a method's keys.py names it (the halves agree by
 construction only while both read the one constant), and a method that adds the run's accounting
 itself."""
 
@@ -11,14 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import fedapp.messages
+import fedapp
 
-PACKAGE = Path(fedapp.messages.__file__).parent
+PACKAGE = Path(fedapp.__file__).parent
 #: Where message and metric names are written or read: the method halves and the two apps.
-NAME_USERS = ("methods", "server_app.py", "client_app.py")
+NAME_USERS = ("methods", "apps")
 #: Where names are defined: the shared wire format and each method's own keys.
 KEY_MODULES = (
-    "messages.py",
+    "wire/messages.py",
     *(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.glob("methods/*/keys.py")),
 )
 #: Literals that equal a message name but name something else: (module, literal) -> what it is.
@@ -34,7 +34,7 @@ def _key_module(relative: str) -> ModuleType:
 
 
 def _message_names() -> dict[str, str]:
-    """Value -> constant of every string constant of fedapp.messages and the methods' keys."""
+    """Value -> constant of every string constant of fedapp.wire.messages and the methods' keys."""
     return {
         value: f"{relative}:{name}"
         for relative in KEY_MODULES
@@ -47,7 +47,7 @@ def test_the_checked_names_include_the_method_folders_keys() -> None:
     names = _message_names()
     assert names["affordable"] == "methods/feast/keys.py:AFFORDABLE"
     assert names["nas-multiplier"] == "methods/fedkd_nas/keys.py:NAS_MULTIPLIER"
-    assert names["num-examples"] == "messages.py:NUM_EXAMPLES"
+    assert names["num-examples"] == "wire/messages.py:NUM_EXAMPLES"
 
 
 def _modules(*places: str) -> Iterator[tuple[str, ast.Module]]:
@@ -117,11 +117,11 @@ def test_the_run_adds_the_accounting_once_and_no_method_adds_it_itself() -> None
     """summary.json's accounting (and communication.csv) comes from the ServerApp, once per
     run: a method that added it too would write the file twice."""
     by_module = {module: _accounts_summaries(tree) for module, tree in _modules(*NAME_USERS)}
-    assert len(by_module["server_app.py"]) == 1
+    assert len(by_module["apps/server_app.py"]) == 1
     in_methods = [
         f"{module}:{line}"
         for module, lines in by_module.items()
-        if module != "server_app.py"
+        if module != "apps/server_app.py"
         for line in lines
     ]
     assert not in_methods, f"a method adds the run's accounting itself: {in_methods}"

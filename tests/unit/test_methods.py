@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from local_grid import run_config
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.method_table import (
     METHOD_NAMES,
     METHODS,
@@ -22,6 +21,7 @@ from fedapp.method_table import (
     strategy_class,
 )
 from fedapp.methods.common.strategy import HeterogeneousStrategy
+from fedapp.run.config import ConfigError, parse_run_config
 from fedapp.sections import Section
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
@@ -82,7 +82,7 @@ def test_unknown_strategy_names_the_known_ones() -> None:
 def test_config_imports_no_method_code_and_no_torchvision() -> None:
     """Reading the run config may load the methods' settings sections, nothing else of theirs."""
     code = (
-        "import sys, fedapp.config; "
+        "import sys, fedapp.run.config; "
         "print(sorted(m for m in sys.modules if m.startswith(('fedapp.methods.', 'torchvision'))"
         " and not m.endswith('.settings') and m.count('.') > 2))"
     )

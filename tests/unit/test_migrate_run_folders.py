@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from local_grid import APP_DIR, run_config
 
-from fedapp.config import ConfigError, config_differences, parse_run_config
 from fedapp.evaluation.intervals import HIGH, LOW
+from fedapp.run.config import ConfigError, config_differences, parse_run_config
 
 SCRIPT = APP_DIR / "scripts" / "migrate_run_folders.py"
 KEPT_RUN = APP_DIR / "docs" / "results" / "runs" / "weight-sharing-fmnist" / "feast" / "run"

@@ -8,7 +8,7 @@ import pytest
 from flwr.common.config import flatten_dict
 from local_grid import APP_DIR, run_config
 
-from fedapp.config import fused_run_config, parse_run_config
+from fedapp.run.config import fused_run_config, parse_run_config
 
 PRESETS = sorted((APP_DIR / "conf").glob("*.toml"))
 
@@ -38,7 +38,7 @@ HUB_SHAPES = {"cifar100": (100, 3, 32), "cinic10": (10, 3, 32), "tinyimagenet": 
 @pytest.mark.parametrize("name", ["feast-cifar100", "feast-cinic10", "feast-tinyimagenet"])
 def test_gpu_feast_presets_afford_their_cache(name) -> None:
     from fedapp.data.registry import DatasetInfo
-    from fedapp.feast_space import model_space
+    from fedapp.run.feast_space import model_space
 
     overrides = tomllib.loads((APP_DIR / "conf" / f"{name}.toml").read_text())
     cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in overrides.items()}))

@@ -25,7 +25,7 @@ SEEDS_GIVEN_BY_THE_CALLER = {
     "models/early_exits.py": "initial weights from the seed its caller passes",
     "models/bn_calibration.py": "augmentation during recalibration, from its caller's seed",
     "data/transforms.py": "the Beta draw of Mixup, seeded from the local work's generator",
-    "device_speed.py": "fedapp profile's fixed synthetic batch, not part of any run",
+    "tools/device_speed.py": "fedapp profile's fixed synthetic batch, not part of any run",
 }
 _GENERATOR_CALL = re.compile(r"default_rng\(|RandomState\(|manual_seed\(|SeedSequence\(")
 

@@ -1,6 +1,6 @@
-"""fedapp.launcher.write_run_config writes TOML that `flwr run --run-config` reads back as given:
-method sections (a dict or dotted keys), quoted strings, floats, bools; what a run config cannot
-hold is refused before a file exists."""
+"""fedapp.tools.launcher.write_run_config writes TOML that `flwr run --run-config` reads back as
+given: method sections (a dict or dotted keys), quoted strings, floats, bools; what a run config
+cannot hold is refused before a file exists."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from flwr.common.config import parse_config_args
 
-from fedapp.launcher import write_run_config
+from fedapp.tools.launcher import write_run_config
 
 
 def test_method_sections_and_every_value_type_survive_flowers_parser(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ import pytest
 import torch
 from local_grid import preset_overrides, run_config
 
-from fedapp.config import ConfigError, parse_run_config, protocol_keys
 from fedapp.data import registry
 from fedapp.data.registry import DatasetUnavailableError, load_dataset
 from fedapp.evaluation.results import (
@@ -32,7 +31,8 @@ from fedapp.evaluation.results import (
     replace_text,
     write_csv,
 )
-from fedapp.federated_data import (
+from fedapp.run.config import ConfigError, parse_run_config, protocol_keys
+from fedapp.run.federated_data import (
     CACHE_DIR_ENV,
     _cached_shard,
     client_shard,

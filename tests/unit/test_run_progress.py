@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from fedapp.evaluation.results import METRICS_FILE
-from fedapp.run_progress import RunProgress, rounds_done
+from fedapp.tools.run_progress import RunProgress, rounds_done
 
 
 def _finish_rounds(run_dir: Path, rounds: range) -> None:

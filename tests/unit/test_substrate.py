@@ -7,13 +7,13 @@ import torch
 from local_grid import run_config
 from test_models_counter import _torch_macs
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import Arch, load_supernet
 from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import ElasticResNet, ResNet, state_shapes
 from fedapp.models.substrate import width_arch
-from fedapp.run_models import substrate_config
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.run_models import substrate_config
 
 HETEROFL_RATES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
 

@@ -15,10 +15,10 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.evaluation.intervals import with_interval
-from fedapp.exchange import exchange
-from fedapp.messages import ACCURACY, CONFIG, EVAL_SPLIT, LOSS
 from fedapp.methods.common.reply_validation import reason_of, validate_metrics
-from fedapp.profiles import NodeRegistry
+from fedapp.run.exchange import exchange
+from fedapp.run.profiles import NodeRegistry
+from fedapp.wire.messages import ACCURACY, CONFIG, EVAL_SPLIT, LOSS
 
 #: What every evaluation reply must report.
 EVALUATION_METRICS = frozenset({ACCURACY, LOSS})

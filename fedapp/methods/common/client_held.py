@@ -14,13 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.results import write_csv
-from fedapp.messages import ACCURACY, LOSS, NUM_EXAMPLES, SELECTION_KEY
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
-from fedapp.profiles import NodeProfile, NodeRegistry
-from fedapp.run_models import run_candidates
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.run.run_models import run_candidates
+from fedapp.wire.messages import ACCURACY, LOSS, NUM_EXAMPLES, SELECTION_KEY
 
 CLIENTS_FILE = "clients.csv"  # each client's model and its test accuracy
 

@@ -10,9 +10,9 @@ from logging import ERROR, WARNING
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedapp.config import RunConfig
 from fedapp.partitions.cohorts import cohort_indices
-from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 
 
 class CohortSampler:

@@ -12,13 +12,21 @@ from collections.abc import Mapping
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import server_set
-from fedapp.messages import ACCURACY, CONFIG, EVAL_SPLIT, LOSS, METRICS, MULTIPLIER, NUM_EXAMPLES
 from fedapp.models.families import Candidate
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import server_set
 from fedapp.training.loops import eval_loader, evaluate, resolve_device
+from fedapp.wire.messages import (
+    ACCURACY,
+    CONFIG,
+    EVAL_SPLIT,
+    LOSS,
+    METRICS,
+    MULTIPLIER,
+    NUM_EXAMPLES,
+)
 
 
 def no_model_reply() -> RecordDict:

@@ -10,11 +10,10 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.messages import CONFIG, LEARNING_RATE, SERVER_ROUND
-from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import LocalNode
 from fedapp.training.loops import (
     Gradients,
     TrainStats,
@@ -24,6 +23,7 @@ from fedapp.training.loops import (
     train_epochs,
     train_loader,
 )
+from fedapp.wire.messages import CONFIG, LEARNING_RATE, SERVER_ROUND
 
 
 def round_generator(

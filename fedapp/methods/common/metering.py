@@ -6,7 +6,7 @@ way (FedKD-NAS's CPU and Mem columns). CPU is this process's CPU time over wall 
 of one core (as ``top`` shows it: 200 % is two busy cores); memory is the largest resident set
 size sampled during the work. In simulation a Ray actor's resident set includes the Python
 runtime, torch and the loaded data set, as a device's would. The thread count shows whether
-an actor used the CPUs it was given (fedapp.client_app pins it) or more.
+an actor used the CPUs it was given (fedapp.apps.client_app pins it) or more.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from types import TracebackType
 
 import torch
 
-from fedapp.messages import CPU_PERCENT, PEAK_RSS_MB, TORCH_THREADS, WALL_SECONDS
+from fedapp.wire.messages import CPU_PERCENT, PEAK_RSS_MB, TORCH_THREADS, WALL_SECONDS
 
 SAMPLE_SECONDS = 0.05
 _STATM = Path("/proc/self/statm")

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord, RecordDict
 
-from fedapp.records import from_record, to_record
+from fedapp.wire.records import from_record, to_record
 
 
 def save_arrays(

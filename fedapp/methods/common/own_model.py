@@ -11,15 +11,15 @@ from __future__ import annotations
 from flwr.app import Message, RecordDict
 from torch import nn
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.federated_data import dataset_info
 from fedapp.methods.common.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.methods.common.node_state import load_arrays, save_arrays
 from fedapp.models.families import Candidate, build_candidate, largest_affordable
-from fedapp.profiles import LocalNode
-from fedapp.records import load_state
-from fedapp.run_models import run_candidates
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
+from fedapp.run.run_models import run_candidates
+from fedapp.wire.records import load_state
 
 MODEL_KEY = "kept-model"  # node-state key of the client's own model
 

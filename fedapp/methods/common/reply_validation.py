@@ -23,7 +23,7 @@ from flwr.app import Array, Message
 from flwr.common.constant import SType
 from flwr.common.logger import log
 
-from fedapp.messages import (
+from fedapp.wire.messages import (
     ARRAYS,
     COMPUTE_METRIC,
     CPU_PERCENT,

@@ -41,9 +41,9 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 from flwr.common.logger import log
 
-from fedapp.config import PLACEMENT_KEYS, ConfigError, RunConfig
-from fedapp.profiles import LocalNode
-from fedapp.records import from_record, to_record
+from fedapp.run.config import PLACEMENT_KEYS, ConfigError, RunConfig
+from fedapp.run.profiles import LocalNode
+from fedapp.wire.records import from_record, to_record
 
 #: Node-config key: the folder (on the node) under which node states are kept.
 STATE_DIR_KEY = "state-dir"

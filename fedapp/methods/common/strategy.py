@@ -27,23 +27,9 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.evaluation.accounting import RunAccounts
 from fedapp.evaluation.operating_points import PointEvaluator
-from fedapp.federated_data import population, server_set
-from fedapp.messages import (
-    ACCURACY,
-    ARRAYS,
-    CONFIG,
-    DATA_FACTS,
-    LEARNING_RATE,
-    LOSS,
-    NUM_EXAMPLES,
-    SELECTION_KEY,
-    SERVER_ROUND,
-    TRAIN_SECONDS,
-)
 from fedapp.method_table import strategy_class
 from fedapp.methods.common.client_evaluation import client_evaluation, unweighted_mean
 from fedapp.methods.common.cohort import CohortSampler
@@ -55,10 +41,24 @@ from fedapp.methods.common.reply_validation import (
     check_round,
     spec_of,
 )
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.records import from_record, to_record
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import population, server_set
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import resolve_device
+from fedapp.wire.messages import (
+    ACCURACY,
+    ARRAYS,
+    CONFIG,
+    DATA_FACTS,
+    LEARNING_RATE,
+    LOSS,
+    NUM_EXAMPLES,
+    SELECTION_KEY,
+    SERVER_ROUND,
+    TRAIN_SECONDS,
+)
+from fedapp.wire.records import from_record, to_record
 
 State = dict[str, np.ndarray]
 

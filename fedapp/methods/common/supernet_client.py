@@ -8,17 +8,17 @@ import time
 
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.config import RunConfig
-from fedapp.feast_space import model_space
-from fedapp.federated_data import dataset_info
-from fedapp.messages import ARRAYS, METRICS
 from fedapp.methods.common.kept_modules import elastic_network
 from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.models.arch import Arch
-from fedapp.profiles import LocalNode
-from fedapp.records import load_into, to_record
+from fedapp.run.config import RunConfig
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
 from fedapp.training.co_training import CoTrainingPlan, co_training_gradients
 from fedapp.training.train_metrics import train_metrics
+from fedapp.wire.messages import ARRAYS, METRICS
+from fedapp.wire.records import load_into, to_record
 
 
 def train_plan(

@@ -15,7 +15,6 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
@@ -23,13 +22,14 @@ from fedapp.evaluation.operating_points import (
     point_result,
     points_validation,
 )
-from fedapp.feast_space import model_space
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.models.budgets import BudgetError
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import Route
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
+from fedapp.run.config import RunConfig
+from fedapp.run.feast_space import model_space
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 
 
 class CachedSupernetStrategy(HeterogeneousStrategy):

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.config import RunConfig
-from fedapp.federated_data import dataset_info
-from fedapp.messages import ARRAYS, METRICS
 from fedapp.methods.common.local_round import local_sgd
 from fedapp.models.zoo import build_model, forward_macs
-from fedapp.profiles import LocalNode
-from fedapp.records import load_into, to_record
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
 from fedapp.training.loops import resolve_device, train_supervised
 from fedapp.training.train_metrics import train_metrics
+from fedapp.wire.messages import ARRAYS, METRICS
+from fedapp.wire.records import load_into, to_record
 
 
 def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

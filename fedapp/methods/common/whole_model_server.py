@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import torch
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
 from fedapp.models.zoo import build_model
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.records import load_state
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import eval_loader, evaluate
+from fedapp.wire.records import load_state
 
 
 class WholeModelStrategy(HeterogeneousStrategy):

@@ -19,9 +19,23 @@ import torch
 from flwr.app import Message, RecordDict
 from torch import nn
 
-from fedapp.config import RunConfig
-from fedapp.federated_data import dataset_info
-from fedapp.messages import (
+from fedapp.methods.common.evaluation_reply import evaluation_reply, no_model_reply
+from fedapp.methods.common.local_round import round_generator, shard_loader
+from fedapp.methods.common.node_state import load_arrays, save_arrays
+from fedapp.methods.common.whole_model_client import train_named_model
+from fedapp.methods.ditto.settings import DittoSettings
+from fedapp.models.zoo import build_model
+from fedapp.random_streams import Stream
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
+from fedapp.training.loops import (
+    TrainStats,
+    resolve_device,
+    sgd,
+    train_supervised,
+)
+from fedapp.wire.messages import (
     ARRAYS,
     COMPUTE_METRIC,
     CONFIG,
@@ -29,21 +43,7 @@ from fedapp.messages import (
     METRICS,
     TRAIN_SECONDS,
 )
-from fedapp.methods.common.evaluation_reply import evaluation_reply, no_model_reply
-from fedapp.methods.common.local_round import round_generator, shard_loader
-from fedapp.methods.common.node_state import load_arrays, save_arrays
-from fedapp.methods.common.whole_model_client import train_named_model
-from fedapp.methods.ditto.settings import DittoSettings
-from fedapp.models.zoo import build_model
-from fedapp.profiles import LocalNode
-from fedapp.random_streams import Stream
-from fedapp.records import from_record, load_state
-from fedapp.training.loops import (
-    TrainStats,
-    resolve_device,
-    sgd,
-    train_supervised,
-)
+from fedapp.wire.records import from_record, load_state
 
 #: node-state key of the personal model
 PERSONAL_KEY = "ditto-personal"

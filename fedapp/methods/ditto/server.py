@@ -19,9 +19,9 @@ from flwr.common.logger import log
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_measured
 from fedapp.evaluation.results import write_csv
-from fedapp.messages import ACCURACY, LOSS
 from fedapp.methods.common.strategy import State
 from fedapp.methods.common.whole_model_server import WholeModelStrategy
+from fedapp.wire.messages import ACCURACY, LOSS
 
 PERSONAL_FILE = "personal.csv"  # one row per client: its personal model's test accuracy and loss
 

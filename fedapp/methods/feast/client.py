@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from flwr.app import Message, RecordDict
 
-from fedapp.config import RunConfig
-from fedapp.feast_space import model_space
-from fedapp.federated_data import dataset_info
-from fedapp.messages import CONFIG
 from fedapp.methods.common.supernet_client import train_plan
 from fedapp.methods.feast.keys import AFFORDABLE, ROUTED
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.routing import envelope
-from fedapp.profiles import LocalNode
+from fedapp.run.config import RunConfig
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
 from fedapp.training.co_training import plan_for
+from fedapp.wire.messages import CONFIG
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

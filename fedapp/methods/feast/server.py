@@ -25,7 +25,7 @@ from fedapp.methods.feast.keys import AFFORDABLE, ROUTED
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import extract
-from fedapp.profiles import NodeProfile
+from fedapp.run.profiles import NodeProfile
 from fedapp.training.co_training import plan_for
 
 

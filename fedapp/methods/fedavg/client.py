@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from flwr.app import Message, RecordDict
 
-from fedapp.config import RunConfig
 from fedapp.methods.common.whole_model_client import train_named_model
-from fedapp.profiles import LocalNode
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import LocalNode
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

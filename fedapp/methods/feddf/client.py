@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from flwr.app import Message, RecordDict
 
-from fedapp.config import RunConfig
-from fedapp.messages import CONFIG
 from fedapp.methods.common.whole_model_client import train_named_model
 from fedapp.methods.feddf.keys import PROTOTYPE
-from fedapp.profiles import LocalNode
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import LocalNode
+from fedapp.wire.messages import CONFIG
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

@@ -7,7 +7,7 @@ its *prototype*. The global state holds every served prototype, its tensors name
 (1/n, the authors') FedAvg within each prototype, then each prototype that received models is
 distilled from the mean logits of all received models of all prototypes
 (fedapp.training.ensemble_distillation). The server uses only the public split's images, never
-its labels (fedapp.federated_data.public_images withholds them).
+its labels (fedapp.run.federated_data.public_images withholds them).
 
 Evaluation: each prototype on the held-out data; the reported test accuracy is the population
 accuracy (mean over clients of the accuracy of the prototype each is served), reported in the
@@ -25,7 +25,6 @@ import torch
 from flwr.common.logger import log
 from torch import nn
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
@@ -34,8 +33,6 @@ from fedapp.evaluation.operating_points import (
     operating_point_report,
 )
 from fedapp.evaluation.results import write_csv
-from fedapp.federated_data import public_images, server_set
-from fedapp.messages import ACCURACY, LOSS, SELECTION_KEY
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import (
     HeterogeneousStrategy,
@@ -48,12 +45,15 @@ from fedapp.methods.feddf.settings import FedDFSettings
 from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, build_candidate, family_candidates, largest_affordable
 from fedapp.models.slicing import SliceAccumulator
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.records import load_state
-from fedapp.run_models import run_family
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import public_images, server_set
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.run.run_models import run_family
 from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
 from fedapp.training.loops import eval_loader, evaluate, seed_local_work
+from fedapp.wire.messages import ACCURACY, LOSS, SELECTION_KEY
+from fedapp.wire.records import load_state
 
 SEPARATOR = "/"  # between a prototype's name and its tensor's name in the global state
 DISTILLATION_FILE = "distillation.csv"  # per round and prototype: steps, best step, accuracies

@@ -16,9 +16,20 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.config import RunConfig
-from fedapp.federated_data import dataset_info
-from fedapp.messages import (
+from fedapp.methods.common.local_round import local_sgd, round_generator
+from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
+from fedapp.methods.feddistill.keys import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
+from fedapp.methods.feddistill.settings import FedDistillSettings
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
+from fedapp.training.loops import (
+    backward,
+    resolve_device,
+    train_epochs,
+)
+from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
+from fedapp.wire.messages import (
     ARRAYS,
     COMPUTE_METRIC,
     METRICS,
@@ -26,18 +37,7 @@ from fedapp.messages import (
     TRAIN_LOSS,
     TRAIN_SECONDS,
 )
-from fedapp.methods.common.local_round import local_sgd, round_generator
-from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
-from fedapp.methods.feddistill.keys import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
-from fedapp.methods.feddistill.settings import FedDistillSettings
-from fedapp.profiles import LocalNode
-from fedapp.records import from_record, to_record
-from fedapp.training.loops import (
-    backward,
-    resolve_device,
-    train_epochs,
-)
-from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
+from fedapp.wire.records import from_record, to_record
 
 
 def distillation_loss(

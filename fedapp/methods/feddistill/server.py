@@ -18,7 +18,7 @@ from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.feddistill.keys import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
 from fedapp.methods.feddistill.settings import FedDistillSettings
-from fedapp.profiles import NodeProfile
+from fedapp.run.profiles import NodeProfile
 
 CLIENT_LOGITS = "client-logits"  # (clients, classes, classes): each partition's latest upload
 CLIENT_COUNTS = "client-counts"  # (clients, classes): its per-label counts

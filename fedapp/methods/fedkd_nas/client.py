@@ -21,11 +21,8 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
-from fedapp.federated_data import dataset_info, public_images
-from fedapp.messages import ACCURACY, ARRAYS, CONFIG, LEARNING_RATE, LOGITS, METRICS, SERVER_ROUND
 from fedapp.methods.common.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.methods.fedkd_nas.keys import (
     NAS_HOLDOUT_ACCURACY,
@@ -61,9 +58,10 @@ from fedapp.methods.fedkd_nas.nas import (
 )
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.families import Candidate, build_candidate, describe
-from fedapp.profiles import LocalNode
 from fedapp.random_streams import Stream
-from fedapp.records import from_record, load_state, to_record
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info, public_images
+from fedapp.run.profiles import LocalNode
 from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
 from fedapp.training.loops import (
     TrainStats,
@@ -76,6 +74,16 @@ from fedapp.training.loops import (
     train_supervised,
 )
 from fedapp.training.train_metrics import train_metrics
+from fedapp.wire.messages import (
+    ACCURACY,
+    ARRAYS,
+    CONFIG,
+    LEARNING_RATE,
+    LOGITS,
+    METRICS,
+    SERVER_ROUND,
+)
+from fedapp.wire.records import from_record, load_state, to_record
 
 
 def kd_schedule(private_batches: int, kd_steps: int) -> list[tuple[bool, bool]]:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.config import RunConfig
-from fedapp.messages import ARRAYS, METRICS
 from fedapp.methods.common.node_state import load_arrays, save_arrays
 from fedapp.methods.fedkd_nas.client import local_round
 from fedapp.methods.fedkd_nas.keys import TARGET
-from fedapp.profiles import LocalNode
-from fedapp.records import from_record, to_record
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import LocalNode
+from fedapp.wire.messages import ARRAYS, METRICS
+from fedapp.wire.records import from_record, to_record
 
 LOCAL_TARGET_KEY = "local-kd-target"  # Local-KD: the teacher's logits, kept after round 1
 

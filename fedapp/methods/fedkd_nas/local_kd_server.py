@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedapp.config import ConfigError, RunConfig
 from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.fedkd_nas.keys import TARGET
 from fedapp.methods.fedkd_nas.server import TEACHER, FedKDNASStrategy
-from fedapp.profiles import NodeProfile, NodeRegistry
+from fedapp.run.config import ConfigError, RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 
 
 class LocalKDStrategy(FedKDNASStrategy):

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from flwr.app import RecordDict
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.methods.common.node_state import (
     forget,
@@ -45,7 +44,8 @@ from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, affordable
 from fedapp.random_streams import Stream, stream_rng
-from fedapp.run_models import run_candidates, run_family
+from fedapp.run.config import RunConfig
+from fedapp.run.run_models import run_candidates, run_family
 
 BYTES_PER_MB = 2**20
 HISTORY_KEY = "nas-history"

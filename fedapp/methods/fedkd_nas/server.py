@@ -28,12 +28,9 @@ import numpy as np
 import torch
 from flwr.app import Message
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.evaluation.results import write_csv
-from fedapp.federated_data import public_images, server_set
-from fedapp.messages import ACCURACY, LOGITS, MULTIPLIER
 from fedapp.methods.common.client_held import ClientHeldStrategy
 from fedapp.methods.common.reply_validation import ArraySpec, InvalidReply, ValidReply
 from fedapp.methods.common.strategy import State
@@ -58,9 +55,11 @@ from fedapp.methods.fedkd_nas.nas import memory_budget
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.families import affordable, family_candidates
 from fedapp.models.zoo import build_model
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng
-from fedapp.run_models import run_family
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import public_images, server_set
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.run.run_models import run_family
 from fedapp.training.distillation import predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 from fedapp.training.loops import (
@@ -71,6 +70,7 @@ from fedapp.training.loops import (
     train_loader,
     train_supervised,
 )
+from fedapp.wire.messages import ACCURACY, LOGITS, MULTIPLIER
 
 TEACHER = "teacher"  # global state: P_T, the teacher's logits on D_pub
 NAS_CHOICES_FILE = "nas_choices.csv"

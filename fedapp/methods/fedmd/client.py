@@ -12,7 +12,7 @@ So the digest -> revisit order of the paper holds, and round r's upload is what 
 round r+1 communicates.
 
 Labeled public data is FedMD's documented exception in this project: elsewhere clients see only
-the public images (``fedapp.federated_data.public_images``), but FedMD's protocol gives
+the public images (``fedapp.run.federated_data.public_images``), but FedMD's protocol gives
 every party the labeled public set for its transfer-learning step, so its clients derive
 ``server_set(cfg, 'public')`` with labels. The labels also make the alignment subsets stratified.
 """
@@ -27,10 +27,25 @@ from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 from torch.utils.data import DataLoader
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.federated_data import dataset_info, server_set
-from fedapp.messages import (
+from fedapp.methods.common.local_round import round_generator, shard_loader
+from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
+from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
+from fedapp.methods.fedmd.settings import FedMDSettings
+from fedapp.random_streams import Stream, stream_rng
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info, server_set
+from fedapp.run.profiles import LocalNode
+from fedapp.training.distillation import predict_logits, target_loader
+from fedapp.training.loops import (
+    backward,
+    resolve_device,
+    train_epochs,
+    train_loader,
+    train_supervised,
+)
+from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
+from fedapp.wire.messages import (
     ARRAYS,
     COMPUTE_METRIC,
     CONFIG,
@@ -41,22 +56,7 @@ from fedapp.messages import (
     TRAIN_LOSS,
     TRAIN_SECONDS,
 )
-from fedapp.methods.common.local_round import round_generator, shard_loader
-from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
-from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
-from fedapp.methods.fedmd.settings import FedMDSettings
-from fedapp.profiles import LocalNode
-from fedapp.random_streams import Stream, stream_rng
-from fedapp.records import from_record, to_record
-from fedapp.training.distillation import predict_logits, target_loader
-from fedapp.training.loops import (
-    backward,
-    resolve_device,
-    train_epochs,
-    train_loader,
-    train_supervised,
-)
-from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
+from fedapp.wire.records import from_record, to_record
 
 #: The authors' optimiser for every FedMD step (transfer, digest, revisit).
 ADAM_LR = 1e-3

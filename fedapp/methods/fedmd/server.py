@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedapp.messages import LOGITS
 from fedapp.methods.common.client_held import ClientHeldStrategy
 from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
 from fedapp.methods.fedmd.settings import FedMDSettings
-from fedapp.profiles import NodeProfile
+from fedapp.run.profiles import NodeProfile
+from fedapp.wire.messages import LOGITS
 
 
 def consensus(logits: list[np.ndarray]) -> np.ndarray:

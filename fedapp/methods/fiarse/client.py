@@ -18,18 +18,18 @@ import torch
 from flwr.app import Message, MetricRecord, RecordDict
 from torch.func import functional_call
 
-from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
-from fedapp.federated_data import dataset_info
-from fedapp.messages import ARRAYS, CONFIG, METRICS
 from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.methods.fiarse.keys import MASK_MACS, THRESHOLDS
 from fedapp.models.masks import full_model, masked_names, masked_parameters
-from fedapp.profiles import LocalNode
-from fedapp.records import load_into, to_record
-from fedapp.run_models import substrate_config
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
+from fedapp.run.run_models import substrate_config
 from fedapp.training.loops import backward
 from fedapp.training.train_metrics import train_metrics
+from fedapp.wire.messages import ARRAYS, CONFIG, METRICS
+from fedapp.wire.records import load_into, to_record
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

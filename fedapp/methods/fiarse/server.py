@@ -27,7 +27,6 @@ import numpy as np
 import torch
 from flwr.common.logger import log
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
@@ -51,10 +50,11 @@ from fedapp.models.masks import (
     value_costs,
 )
 from fedapp.models.slicing import is_averaged
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.records import load_state
-from fedapp.run_models import substrate_config
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.run.run_models import substrate_config
+from fedapp.wire.records import load_state
 
 #: Grid points validated every evaluation round: the smallest, the middle and the full model.
 VALIDATED_POINTS = 3

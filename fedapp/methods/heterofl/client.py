@@ -14,20 +14,20 @@ import numpy as np
 import torch
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
-from fedapp.federated_data import dataset_info
-from fedapp.messages import ARRAYS, CONFIG, METRICS
 from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
 from fedapp.models.counter import count
 from fedapp.models.substrate import width_arch
 from fedapp.models.width_scaling import width_model
-from fedapp.profiles import LocalNode
-from fedapp.records import load_into, to_record
-from fedapp.run_models import substrate_config
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
+from fedapp.run.run_models import substrate_config
 from fedapp.training.loops import backward
 from fedapp.training.train_metrics import train_metrics
+from fedapp.wire.messages import ARRAYS, CONFIG, METRICS
+from fedapp.wire.records import load_into, to_record
 
 
 def class_mask(labels: np.ndarray, num_classes: int) -> torch.Tensor:

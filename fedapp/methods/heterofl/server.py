@@ -25,7 +25,6 @@ from flwr.app import ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
@@ -43,10 +42,11 @@ from fedapp.models.elastic_resnet import ElasticResNet, state_shapes
 from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.models.substrate import width_arch
 from fedapp.models.width_scaling import WIDTHS
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng, stream_seed
-from fedapp.records import load_state
-from fedapp.run_models import substrate_config
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.run.run_models import substrate_config
+from fedapp.wire.records import load_state
 
 #: The classifier tensors whose rows are restricted to a client's classes when averaging.
 CLASSIFIER = ("head.weight", "head.bias")

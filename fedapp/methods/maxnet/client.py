@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from flwr.app import Message, RecordDict
 
-from fedapp.config import RunConfig
-from fedapp.feast_space import model_space
-from fedapp.federated_data import dataset_info
-from fedapp.messages import CONFIG
 from fedapp.methods.common.supernet_client import train_plan
 from fedapp.methods.maxnet.keys import SUBNET
 from fedapp.models.arch import parse_arch
 from fedapp.models.cache import Variant
 from fedapp.models.counter import count
-from fedapp.profiles import LocalNode
+from fedapp.run.config import RunConfig
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
 from fedapp.training.co_training import CoTrainingPlan
+from fedapp.wire.messages import CONFIG
 
 
 def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:

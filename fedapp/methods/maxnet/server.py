@@ -24,9 +24,7 @@ import numpy as np
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.feast_space import ModelSpace
 from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import State
@@ -38,8 +36,10 @@ from fedapp.models.counter import count, count_population
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.routing import affordable
 from fedapp.models.slicing import extract
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_rng
+from fedapp.run.config import RunConfig
+from fedapp.run.feast_space import ModelSpace
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 
 #: MaxNet weight of the max-subnet client at round 0 and after the decay (authors' schedule
 #: ``maxnet_cos_all_subnet`` with init 0.9, final 0.125).

@@ -19,19 +19,19 @@ import torch
 import torch.nn.functional as F
 from flwr.app import Message, MetricRecord, RecordDict
 
-from fedapp.config import RunConfig
 from fedapp.data.transforms import mixed_cross_entropy
-from fedapp.federated_data import dataset_info
-from fedapp.messages import ARRAYS, CONFIG, METRICS, SERVER_ROUND
 from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.methods.scalefl.keys import LEVEL
 from fedapp.methods.scalefl.settings import ScaleFLSettings
 from fedapp.models.early_exits import level_costs, level_model
-from fedapp.profiles import LocalNode
-from fedapp.records import load_into, to_record
-from fedapp.run_models import substrate_config
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.profiles import LocalNode
+from fedapp.run.run_models import substrate_config
 from fedapp.training.loops import backward
 from fedapp.training.train_metrics import train_metrics
+from fedapp.wire.messages import ARRAYS, CONFIG, METRICS, SERVER_ROUND
+from fedapp.wire.records import load_into, to_record
 
 #: Distillation is active in rounds after this fraction of the run (reference: ``gamma_active``).
 KD_START_FRACTION = 0.25

@@ -18,7 +18,6 @@ from typing import Any
 
 from flwr.common.logger import log
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
@@ -41,10 +40,11 @@ from fedapp.models.early_exits import (
     level_shapes,
 )
 from fedapp.models.slicing import extract
-from fedapp.profiles import NodeProfile, NodeRegistry
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.records import load_state
-from fedapp.run_models import substrate_config
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import NodeProfile, NodeRegistry
+from fedapp.run.run_models import substrate_config
+from fedapp.wire.records import load_state
 
 
 class ScaleFLStrategy(HeterogeneousStrategy):

@@ -6,9 +6,9 @@ from dataclasses import replace as with_changes
 
 from flwr.app import Message, RecordDict
 
-from fedapp.config import RunConfig
 from fedapp.methods.common.whole_model_client import train_named_model
-from fedapp.profiles import LocalNode
+from fedapp.run.config import RunConfig
+from fedapp.run.profiles import LocalNode
 from toy_method.settings import ToySettings
 
 

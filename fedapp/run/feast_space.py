@@ -11,12 +11,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from fedapp.config import ConfigError, RunConfig
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.cache import VariantCache, load_cache
 from fedapp.models.counter import count
 from fedapp.models.routing import Route, route
+from fedapp.run.config import ConfigError, RunConfig
 
 #: Anchors validated each evaluation round when the run config names none.
 DEFAULT_ANCHORS = 5

@@ -23,11 +23,11 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from fedapp.config import ConfigError, RunConfig
 from fedapp.data.registry import ImageArrays
-from fedapp.exchange import exchange
-from fedapp.federated_data import client_budgets, client_shard
-from fedapp.messages import DATA_FACTS, PROFILE
+from fedapp.run.config import ConfigError, RunConfig
+from fedapp.run.exchange import exchange
+from fedapp.run.federated_data import client_budgets, client_shard
+from fedapp.wire.messages import DATA_FACTS, PROFILE
 
 
 @dataclass(frozen=True)
@@ -145,8 +145,8 @@ class NodeRegistry:
     under a new node id with the partition of a node no longer connected replaces that node's
     profile; a second connected node claiming a held partition is refused.
 
-    ``data_facts`` (fedapp.federated_data.data_facts), when given, go with every QUERY, so that a
-    node can answer without loading the run's data set for its facts.
+    ``data_facts`` (fedapp.run.federated_data.data_facts), when given, go with every QUERY, so
+    that a node can answer without loading the run's data set for its facts.
     """
 
     def __init__(self, num_clients: int, data_facts: Mapping[str, Any] | None = None) -> None:

@@ -12,16 +12,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from fedapp.config import ConfigError, parse_run_config
 from fedapp.evaluation.intervals import HIGH, LOW, format_row
 from fedapp.evaluation.operating_points import OperatingPoint, calibration_loader
 from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE, RunRecorder, read_json
-from fedapp.feast_space import model_space
-from fedapp.federated_data import population, server_set
 from fedapp.methods.common.strategy import point_evaluator
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.posthoc import extract_posthoc
-from fedapp.records import load_state
+from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.feast_space import model_space
+from fedapp.run.federated_data import population, server_set
+from fedapp.wire.records import load_state
 
 #: Methods whose global model is a FEAST supernet.
 SUPERNET_METHODS = ("feast", "superfednas", "deepfednas")

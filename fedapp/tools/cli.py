@@ -23,9 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fedapp.device_speed import PROFILE_HELP
-from fedapp.device_speed import add_arguments as add_profile_arguments
-from fedapp.device_speed import profile as profile_device
 from fedapp.models.arch import CACHES_DIR, SupernetConfig, load_supernet, parse_arch
 from fedapp.models.cache import (
     Segment,
@@ -38,6 +35,9 @@ from fedapp.models.cache import (
 )
 from fedapp.models.counter import count
 from fedapp.models.ga import GAParams
+from fedapp.tools.device_speed import PROFILE_HELP
+from fedapp.tools.device_speed import add_arguments as add_profile_arguments
+from fedapp.tools.device_speed import profile as profile_device
 
 EXIT_BAD_INPUT = 2
 
@@ -408,7 +408,7 @@ def _configure_budgets(parser: argparse.ArgumentParser) -> None:
     configure=_configure_budgets,
 )
 def budgets_command(args: argparse.Namespace) -> Output:
-    from fedapp import budget_plan  # imports torch: only this command pays for it
+    from fedapp.tools import budget_plan  # imports torch: only this command pays for it
 
     data = budget_plan.report(budget_plan.load_run_config(args.run_config), args.below or [35e6])
     return Output(data, budget_plan.render(data))
@@ -441,7 +441,7 @@ def _profile(args: argparse.Namespace) -> Output:
 
 
 def _configure_extract(parser: argparse.ArgumentParser) -> None:
-    from fedapp import extraction  # Flower and torch: only for this subcommand
+    from fedapp.tools import extraction  # Flower and torch: only for this subcommand
 
     extraction.add_arguments(parser)
 
@@ -452,13 +452,13 @@ def _configure_extract(parser: argparse.ArgumentParser) -> None:
     configure=_configure_extract,
 )
 def _extract(args: argparse.Namespace) -> Output:
-    from fedapp.extraction import extract
+    from fedapp.tools.extraction import extract
 
     return Output(*extract(args))
 
 
 def _configure_compare(parser: argparse.ArgumentParser) -> None:
-    from fedapp import compare  # Flower and torch; its runs need the simulation extra (Ray)
+    from fedapp.tools import compare  # Flower and torch; its runs need the simulation extra (Ray)
 
     compare.add_arguments(parser)
 
@@ -469,7 +469,7 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
     configure=_configure_compare,
 )
 def _compare(args: argparse.Namespace) -> Output:
-    from fedapp import compare
+    from fedapp.tools import compare
 
     result = compare.run(args)
     return Output(result, result["report"] + f"\nfiles in {result['out_dir']}")

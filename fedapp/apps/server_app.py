@@ -14,13 +14,6 @@ from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedapp.config import (
-    ConfigError,
-    RunConfig,
-    config_differences,
-    describe_differences,
-    parse_run_config,
-)
 from fedapp.data.registry import DatasetUnavailableError, ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, summary_intervals
 from fedapp.evaluation.labels import LABELS_FILE, write_label_distribution
@@ -40,12 +33,19 @@ from fedapp.evaluation.results import (
     unreadable,
 )
 from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
-from fedapp.exchange import PromptGrid
-from fedapp.federated_data import data_facts, population, server_set
-from fedapp.messages import SELECTION_KEY, TRAIN_LOSS
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, build_strategy
-from fedapp.profiles import NodeRegistry
-from fedapp.records import from_record, to_record
+from fedapp.run.config import (
+    ConfigError,
+    RunConfig,
+    config_differences,
+    describe_differences,
+    parse_run_config,
+)
+from fedapp.run.exchange import PromptGrid
+from fedapp.run.federated_data import data_facts, population, server_set
+from fedapp.run.profiles import NodeRegistry
+from fedapp.wire.messages import SELECTION_KEY, TRAIN_LOSS
+from fedapp.wire.records import from_record, to_record
 
 #: A round's heaviest clients (strategies send them first), pushed ahead of the rest so they
 #: start first: a round cannot end before its heaviest client, and Flower's simulation engine
@@ -182,7 +182,7 @@ def _check_resumable(cfg: RunConfig, run_dir: Path) -> None:
     """Refuse, before anything in it is rewritten, to start afresh in a run folder that holds a
     run's results, and to resume one made with another configuration: either would overwrite or
     mix two experiments in one set of files. Only the placement keys
-    (``fedapp.config.PLACEMENT_KEYS``) may differ from the folder's config.json."""
+    (``fedapp.run.config.PLACEMENT_KEYS``) may differ from the folder's config.json."""
     if not cfg.resume:
         held = [name for name in (SUMMARY_FILE, CHECKPOINT_FILE) if (run_dir / name).exists()]
         if held:

@@ -1,6 +1,6 @@
-"""What travels between server and clients for every method: the record keys, config keys and
-metric names that the apps, the round engine and more than one method read (plain strings: no
-Flower, no torch; fedapp.records converts). A method's own keys are in its folder's ``keys.py``.
+"""What travels between server and clients for every method: the record keys, config keys and metric
+names that the apps, the round engine and more than one method read (plain strings: no Flower, no
+torch; fedapp.wire.records converts). A method's own keys are in its folder's ``keys.py``.
 
 Both sides name records through these constants, so a payload and its reply agree by
 construction; the server still validates every reply (fedapp.methods.common.reply_validation).
@@ -14,10 +14,10 @@ METRICS = "metrics"
 NUM_EXAMPLES = "num-examples"
 #: Config key of an EVALUATE message: which server-held split a client evaluates on.
 EVAL_SPLIT = "split"
-#: ConfigRecord of a node's QUERY reply: its profile (the handshake, fedapp.profiles).
+#: ConfigRecord of a node's QUERY reply: its profile (the handshake, fedapp.run.profiles).
 PROFILE = "profile"
 #: Config record of every QUERY and TRAIN message: the run's data-set facts
-#: (fedapp.federated_data.data_facts), so that a device need not load the data set for them.
+#: (fedapp.run.federated_data.data_facts), so that a device need not load the data set for them.
 DATA_FACTS = "data"
 
 # ---- train-config keys every method's message carries ------------------------------------------

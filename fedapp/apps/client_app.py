@@ -11,15 +11,15 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 
-from fedapp.config import ConfigError, RunConfig, parse_run_config
 from fedapp.data.extras import MissingExtraError
 from fedapp.data.registry import DatasetUnavailableError
-from fedapp.federated_data import adopt_data_facts
-from fedapp.messages import CONFIG, DATA_FACTS, METRICS, PROFILE, SERVER_ROUND
 from fedapp.method_table import NoClientEvaluator, client_evaluator, client_trainer
 from fedapp.methods.common.metering import ResourceMeter
 from fedapp.methods.common.state_store import StateStore
-from fedapp.profiles import local_node, local_profile
+from fedapp.run.config import ConfigError, RunConfig, parse_run_config
+from fedapp.run.federated_data import adopt_data_facts
+from fedapp.run.profiles import local_node, local_profile
+from fedapp.wire.messages import CONFIG, DATA_FACTS, METRICS, PROFILE, SERVER_ROUND
 
 app = ClientApp()
 
@@ -30,7 +30,7 @@ USER_ERRORS = (ConfigError, DatasetUnavailableError, MissingExtraError)
 
 def _config(context: Context, message: Message) -> RunConfig:
     """The run config; the data-set facts the server sent with the message are remembered, so
-    the node does not load the data set for them (fedapp.federated_data). Torch's threads are
+    the node does not load the data set for them (fedapp.run.federated_data). Torch's threads are
     set before any work (see ``_pin_torch_threads``)."""
     cfg = parse_run_config(context.run_config)
     if DATA_FACTS in message.content.config_records:

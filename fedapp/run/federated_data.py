@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from fedapp.config import ConfigError, RunConfig, protocol_keys
 from fedapp.data.registry import (
     NPZ_ERRORS,
     DatasetInfo,
@@ -48,6 +47,7 @@ from fedapp.data.registry import (
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
 from fedapp.partitions.splits import ServerSplits, server_splits
+from fedapp.run.config import ConfigError, RunConfig, protocol_keys
 
 #: Label of every public image a client sees: clients never get public labels.
 HIDDEN_LABEL = -1
@@ -79,7 +79,7 @@ def client_budgets(cfg: RunConfig) -> np.ndarray:
     floor = 0.0
     if _budget_floor_space(cfg.budget_rng, cfg.supernet, cfg.variant_cache):
         # FEAST's model space is loaded only by the runs whose budgets it floors
-        from fedapp.feast_space import smallest_variant_macs
+        from fedapp.run.feast_space import smallest_variant_macs
 
         floor = smallest_variant_macs(cfg, load_dataset(cfg.dataset, cfg.data_dir).info)
     return budget_population(cfg, floor)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from fedapp.config import RunConfig
 from fedapp.data.registry import DatasetInfo
-from fedapp.federated_data import dataset_info
 from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.families import Candidate, family_candidates
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
 
 #: The backbone per data set the paper names (MNIST-like -> LeNet5, CIFAR-like -> MobileNetV2).
 AUTO_FAMILY = {

@@ -31,14 +31,6 @@ from typing import Any
 
 from flwr.common.config import flatten_dict
 
-from fedapp.config import (
-    ConfigError,
-    config_differences,
-    describe_differences,
-    fused_run_config,
-    parse_run_config,
-    protocol_keys,
-)
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
 from fedapp.evaluation.frontier import frontier_rise
 from fedapp.evaluation.intervals import (
@@ -57,9 +49,17 @@ from fedapp.evaluation.results import (
     replace_text,
     write_csv,
 )
-from fedapp.launcher import APP_DIR, run_app, write_run_config
 from fedapp.method_table import METHOD_NAMES
-from fedapp.run_progress import RunProgress
+from fedapp.run.config import (
+    ConfigError,
+    config_differences,
+    describe_differences,
+    fused_run_config,
+    parse_run_config,
+    protocol_keys,
+)
+from fedapp.tools.launcher import APP_DIR, run_app, write_run_config
+from fedapp.tools.run_progress import RunProgress
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
 #: Keys that define the experiment every method must share; per-strategy overrides may not set them.
@@ -185,7 +185,7 @@ def check_kept_runs(comparison: Comparison, out_dir: Path) -> None:
     """Stop, before anything runs, where a finished or interrupted run in ``out_dir`` was made
     with another run config than the comparison's now: keeping it would mix two experiments in
     one table, and running again would overwrite a finished run. Only the placement keys
-    (``fedapp.config.PLACEMENT_KEYS``) may differ."""
+    (``fedapp.run.config.PLACEMENT_KEYS``) may differ."""
     problems = []
     for strategy in comparison.strategies:
         run_dir = run_dir_of(out_dir, strategy)
@@ -522,7 +522,7 @@ def write_seed_outputs(
     return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
 
 
-# ---- the command line (registered in fedapp.cli) ------------------------------------------------
+# ---- the command line (registered in fedapp.tools.cli) ----------------------------------------
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,18 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from fedapp.config import ConfigError, RunConfig, fused_run_config, parse_run_config
 from fedapp.evaluation.accounting import CommunicationLedger
-from fedapp.feast_space import ModelSpace
-from fedapp.federated_data import budget_population
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.arch import load_supernet
 from fedapp.models.cache import load_cache
 from fedapp.models.counter import count
 from fedapp.partitions.cohorts import cohort_indices
+from fedapp.run.config import ConfigError, RunConfig, fused_run_config, parse_run_config
+from fedapp.run.feast_space import ModelSpace
+from fedapp.run.federated_data import budget_population
 from fedapp.training.co_training import plan_for
 
-APP_DIR = Path(__file__).resolve().parents[1]
+APP_DIR = Path(__file__).resolve().parents[2]
 #: The ``comm`` keys reported (those of summary.json's ``comm`` that need no bytes).
 COMM_KEYS = (
     "mean_params_per_client_round",
