@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedapp.run.context import data_layout, run_context
+
 ROOT = Path(__file__).resolve().parents[1]
 
 ISA_LIMITS = {
@@ -85,12 +87,12 @@ def validation_seconds(threads: int) -> float:
 
     torch.set_num_threads(threads)
     cfg = parse_run_config(run_config(**preset_overrides("quickstart")))
-    info = population(cfg).info
-    space = model_space(cfg, info)
+    info = population(data_layout(cfg)).info
+    space = model_space(run_context(cfg).feast_space, info)
     model = ElasticResNet(space.config, seed=cfg.seed)
     state = {k: v.numpy() for k, v in model.state_dict().items()}
-    evaluator = point_evaluator(cfg, info)
-    validation = server_set(cfg, "validation")
+    evaluator = point_evaluator(run_context(cfg))
+    validation = server_set(data_layout(cfg), "validation")
     anchors = space.anchors(cfg.anchor_variants)
     start = time.perf_counter()
     evaluator.variants(space.config, space.cache, state, anchors, validation)

@@ -26,6 +26,7 @@ from fedapp.evaluation.intervals import wilson_interval
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.config import fused_run_config, parse_run_config
+from fedapp.run.context import data_layout, run_context
 from fedapp.run.feast_space import model_space
 from fedapp.run.federated_data import population, server_set
 from fedapp.tools.launcher import APP_DIR
@@ -50,8 +51,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     values = tomllib.loads(Path(args.run_config).read_text())
     cfg = parse_run_config(fused_run_config(APP_DIR, values))
-    pop = population(cfg)
-    space = model_space(cfg, pop.info)
+    pop = population(data_layout(cfg))
+    space = model_space(run_context(cfg).feast_space, pop.info)
     everything = pop.dataset.train
     train = ImageArrays(
         everything.images[pop.splits.clients], everything.labels[pop.splits.clients]
@@ -64,7 +65,7 @@ def main() -> None:
         scored = ImageArrays(everything.images[unused], everything.labels[unused])
         print(f"scoring on the {unused.size} training images no one holds", flush=True)
     else:
-        scored = server_set(cfg, "validation")
+        scored = server_set(data_layout(cfg), "validation")
         print(f"scoring on the {len(scored.labels)} validation images", flush=True)
     validation = eval_loader(scored, pop.info, 256)
     rows = []

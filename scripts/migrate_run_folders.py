@@ -36,6 +36,7 @@ from fedapp.evaluation.intervals import HIGH, LOW, summary_intervals, wilson_int
 from fedapp.evaluation.operating_points import VARIANTS_FILE
 from fedapp.evaluation.results import CONFIG_FILE, SUMMARY_FILE, read_json, replace_text
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout
 from fedapp.run.federated_data import server_set
 
 #: Flat keys before method sections -> their key(s) in today's sections.
@@ -153,7 +154,7 @@ def migrate(run_dir: Path, write: bool) -> list[str]:
     needs_points = bool(header) and LOW not in header
     if "test_images" in summary and not needs_points:
         return changed
-    test_images = len(server_set(parse_run_config(config), "test").labels)
+    test_images = len(server_set(data_layout(parse_run_config(config)), "test").labels)
     if "test_images" not in summary:
         changed.append(SUMMARY_FILE)
         if write:

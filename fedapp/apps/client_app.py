@@ -17,6 +17,7 @@ from fedapp.method_table import NoClientEvaluator, client_evaluator, client_trai
 from fedapp.methods.common.metering import ResourceMeter
 from fedapp.methods.common.state_store import StateStore
 from fedapp.run.config import ConfigError, RunConfig, parse_run_config
+from fedapp.run.context import data_source, run_context
 from fedapp.run.federated_data import adopt_data_facts
 from fedapp.run.profiles import local_node, local_profile
 from fedapp.wire.messages import CONFIG, DATA_FACTS, METRICS, PROFILE, SERVER_ROUND
@@ -34,7 +35,7 @@ def _config(context: Context, message: Message) -> RunConfig:
     set before any work (see ``_pin_torch_threads``)."""
     cfg = parse_run_config(context.run_config)
     if DATA_FACTS in message.content.config_records:
-        adopt_data_facts(cfg, message.content.config_records[DATA_FACTS])
+        adopt_data_facts(data_source(cfg), message.content.config_records[DATA_FACTS])
     _pin_torch_threads(cfg)
     return cfg
 
@@ -73,7 +74,7 @@ def _refuse(message: Message, err: Exception) -> Message:
 def query(message: Message, context: Context) -> Message:
     """The handshake: report this node's profile."""
     try:
-        profile = local_profile(context, _config(context, message))
+        profile = local_profile(context, run_context(_config(context, message)).data)
     except USER_ERRORS as err:
         return _refuse(message, err)
     return Message(RecordDict({PROFILE: profile}), reply_to=message)
@@ -85,14 +86,15 @@ def train(message: Message, context: Context) -> Message:
     the round before (fedapp.methods.common.state_store) and keeping it afterwards."""
     try:
         cfg = _config(context, message)
-        node = local_node(context.node_config, cfg, context.state)
+        run = run_context(cfg)
+        node = local_node(context.node_config, run.data, context.state)
         store = StateStore.for_node(context.node_config, context.run_config, cfg, node)
     except USER_ERRORS as err:
         return _refuse(message, err)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
     store.prepare(node.state, upto=server_round - 1)
     with ResourceMeter() as meter:
-        content = client_trainer(cfg.strategy)(message, cfg, node)
+        content = client_trainer(run.strategy)(message, run, node)
     store.commit(node.state, server_round)
     if METRICS in content.metric_records:
         content.metric_records[METRICS].update(meter.use.as_metrics())
@@ -104,10 +106,11 @@ def evaluate(message: Message, context: Context) -> Message:
     """Evaluate this node's own model(s) on the server-held split the message names."""
     try:
         cfg = _config(context, message)
-        node = local_node(context.node_config, cfg, context.state)
+        run = run_context(cfg)
+        node = local_node(context.node_config, run.data, context.state)
         store = StateStore.for_node(context.node_config, context.run_config, cfg, node)
-        evaluator = client_evaluator(cfg.strategy)
+        evaluator = client_evaluator(run.strategy)
     except (*USER_ERRORS, NoClientEvaluator) as err:
         return _refuse(message, err)
     store.prepare(node.state, upto=None)
-    return Message(evaluator(message, cfg, node), reply_to=message)
+    return Message(evaluator(message, run, node), reply_to=message)

@@ -41,6 +41,7 @@ from fedapp.run.config import (
     describe_differences,
     parse_run_config,
 )
+from fedapp.run.context import data_layout
 from fedapp.run.exchange import PromptGrid
 from fedapp.run.federated_data import data_facts, population, server_set
 from fedapp.run.profiles import NodeRegistry
@@ -99,8 +100,9 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
 
 def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[str, Any]:
     _check_resumable(cfg, run_dir)
-    validation = server_set(cfg, "validation")  # loads the data: fails before anyone trains
-    facts = data_facts(population(cfg).info)
+    layout = data_layout(cfg)
+    validation = server_set(layout, "validation")  # loads the data: fails before anyone trains
+    facts = data_facts(population(layout).info)
     nodes = NodeRegistry(cfg.num_clients, facts)
     nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
     strategy = build_strategy(cfg, nodes)
@@ -135,7 +137,7 @@ def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[s
     recorder.save_state(FINAL_MODEL_FILE, state)
     best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
     final_start = time.perf_counter()
-    test = server_set(cfg, "test")
+    test = server_set(layout, "test")
     with announce_points("final test"):
         report = strategy.test_summary(best_state, test, run_dir)
     report |= strategy.accounting.summary(run_dir, strategy.params_by_client(best_state))
@@ -243,7 +245,7 @@ def _write_labels(cfg: RunConfig, run_dir: Path, nodes: NodeRegistry) -> None:
     simulated client does. A node that trains on files of its own (node config ``data-path``)
     reports another number of examples; its row then shows a shard it does not use, and a
     warning says so (the server never sees a node's labels)."""
-    pop = population(cfg)
+    pop = population(data_layout(cfg))
     title = f"{cfg.dataset}, {cfg.partitioner} split: labels per client"
     counts = write_label_distribution(
         run_dir, pop.dataset.train.labels, pop.shards, pop.info.num_classes, title

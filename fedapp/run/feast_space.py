@@ -1,6 +1,6 @@
 """The run's FEAST model space: the supernet sized for the data set, its variant cache, routes.
 
-Server and clients build it from the run config alone, so both derive identical tensor shapes
+Server and clients build it from the run's keys alone, so both derive identical tensor shapes
 (and MACs, recounted for the data set's input size and classes) without exchanging them.
 """
 
@@ -16,7 +16,8 @@ from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.cache import VariantCache, load_cache
 from fedapp.models.counter import count
 from fedapp.models.routing import Route, route
-from fedapp.run.config import ConfigError, RunConfig
+from fedapp.run.config import ConfigError
+from fedapp.run.pieces import FeastSpaceSpec
 
 #: Anchors validated each evaluation round when the run config names none.
 DEFAULT_ANCHORS = 5
@@ -63,20 +64,20 @@ def _space(supernet: str, cache: str, info: DatasetInfo) -> ModelSpace:
     return ModelSpace(config, variants, count(config, config.max_arch()).params)
 
 
-def smallest_variant_macs(cfg: RunConfig, info: DatasetInfo) -> int:
-    """Nominal MACs of the run's cheapest cached variant on its data set."""
-    return _space(cfg.supernet, cfg.variant_cache, info).cache.min_macs
+def smallest_variant_macs(supernet: str, variant_cache: str, info: DatasetInfo) -> int:
+    """Nominal MACs of the cache's cheapest variant on the data set."""
+    return _space(supernet, variant_cache, info).cache.min_macs
 
 
-def model_space(cfg: RunConfig, info: DatasetInfo) -> ModelSpace:
+def model_space(spec: FeastSpaceSpec, info: DatasetInfo) -> ModelSpace:
     """The FEAST model space of a run; ConfigError if its budgets cannot afford the cache
     (the authors' budget population raises low budgets to the cache's smallest variant)."""
-    space = _space(cfg.supernet, cfg.variant_cache, info)
-    if cfg.budget_min < space.cache.min_macs and cfg.budget_rng != "authors":
+    space = _space(spec.supernet, spec.variant_cache, info)
+    if spec.budget_min < space.cache.min_macs and spec.budget_rng != "authors":
         raise ConfigError(
-            f"run config 'budget-min' = {cfg.budget_min:,.0f} MACs is below the smallest variant "
-            f"of cache '{cfg.variant_cache}' ({space.cache.min_macs:,} MACs on {info.name}): "
+            f"run config 'budget-min' = {spec.budget_min:,.0f} MACs is below the smallest variant "
+            f"of cache '{spec.variant_cache}' ({space.cache.min_macs:,} MACs on {info.name}): "
             f"no client could train anything; set budget-min >= {space.cache.min_macs}"
         )
-    space.anchors(cfg.anchor_variants)
+    space.anchors(spec.anchor_variants)
     return space

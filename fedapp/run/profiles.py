@@ -24,9 +24,10 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.data.registry import ImageArrays
-from fedapp.run.config import ConfigError, RunConfig
+from fedapp.run.config import ConfigError
 from fedapp.run.exchange import exchange
 from fedapp.run.federated_data import client_budgets, client_shard
+from fedapp.run.pieces import DataLayout
 from fedapp.wire.messages import DATA_FACTS, PROFILE
 
 
@@ -54,20 +55,20 @@ class LocalNode:
     #: methods with client-side state (personal models, NAS history) keep it here.
     state: RecordDict = field(default_factory=RecordDict, compare=False, repr=False)
 
-    def shard(self, cfg: RunConfig) -> ImageArrays:
+    def shard(self, layout: DataLayout) -> ImageArrays:
         """This node's training examples."""
-        return client_shard(cfg, self.partition_id, self.data_path)
+        return client_shard(layout, self.partition_id, self.data_path)
 
 
-def local_profile(context: Context, cfg: RunConfig) -> ConfigRecord:
+def local_profile(context: Context, layout: DataLayout) -> ConfigRecord:
     """The profile this node reports (client side); ConfigError if its node config is unusable."""
-    node = local_node(context.node_config, cfg)
+    node = local_node(context.node_config, layout)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     return ConfigRecord(
         {
             "partition-id": node.partition_id,
             "num-partitions": node.num_partitions,
-            "num-examples": len(node.shard(cfg).labels),
+            "num-examples": len(node.shard(layout).labels),
             "budget": node.budget,
             "device": f"{platform.machine()}/{device}",
         }
@@ -75,7 +76,7 @@ def local_profile(context: Context, cfg: RunConfig) -> ConfigRecord:
 
 
 def local_node(
-    node_config: Mapping[str, Any], cfg: RunConfig, state: RecordDict | None = None
+    node_config: Mapping[str, Any], layout: DataLayout, state: RecordDict | None = None
 ) -> LocalNode:
     """Partition id and count (checked against the run's population), the device's own data and
     budget, and the node's persistent state (a fresh one if none is given)."""
@@ -88,11 +89,11 @@ def local_node(
             f"(got {dict(node_config)}); on a SuperNode pass "
             '--node-config "partition-id=0 num-partitions=N budget=..."'
         ) from err
-    if num_partitions != cfg.num_clients:
+    if num_partitions != layout.num_clients:
         raise ConfigError(
             f"the federation has num-partitions = {num_partitions} but run config 'num-clients' = "
-            f"{cfg.num_clients}; in simulation pass --federation-config "
-            f'"num-supernodes={cfg.num_clients}" or set num-clients={num_partitions}'
+            f"{layout.num_clients}; in simulation pass --federation-config "
+            f'"num-supernodes={layout.num_clients}" or set num-clients={num_partitions}'
         )
     if not 0 <= partition_id < num_partitions:
         raise ConfigError(
@@ -102,7 +103,7 @@ def local_node(
         partition_id,
         num_partitions,
         node_data_path(node_config),
-        node_budget(node_config, cfg, partition_id),
+        node_budget(node_config, layout, partition_id),
         RecordDict() if state is None else state,
     )
 
@@ -120,10 +121,10 @@ def node_data_path(node_config: Mapping[str, Any]) -> str | None:
     return value
 
 
-def node_budget(node_config: Mapping[str, Any], cfg: RunConfig, partition_id: int) -> float:
+def node_budget(node_config: Mapping[str, Any], layout: DataLayout, partition_id: int) -> float:
     """The node's compute budget in MACs: its own node config if given, else the seeded draw."""
     if "budget" not in node_config:
-        return float(client_budgets(cfg)[partition_id])
+        return float(client_budgets(layout.budgets)[partition_id])
     value = node_config["budget"]
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"node config 'budget' = {value!r}: expected a finite number of MACs")

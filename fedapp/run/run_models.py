@@ -1,7 +1,7 @@
 """The run's models, from its config: which ResNet18 substrate the weight-sharing baselines use,
 and which candidate family the logit-exchange methods pick from.
 
-Server and clients both call these, so they derive the same architectures from the run config
+Server and clients both call these, so they derive the same architectures from the run's keys
 alone; the model code itself (fedapp.models) takes only explicit arguments.
 """
 
@@ -12,8 +12,7 @@ from functools import lru_cache
 from fedapp.data.registry import DatasetInfo
 from fedapp.models.arch import SupernetConfig, load_supernet
 from fedapp.models.families import Candidate, family_candidates
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.pieces import CandidateFamily
 
 #: The backbone per data set the paper names (MNIST-like -> LeNet5, CIFAR-like -> MobileNetV2).
 AUTO_FAMILY = {
@@ -39,21 +38,21 @@ def _sized(name: str, info: DatasetInfo) -> SupernetConfig:
     )
 
 
-def substrate_config(cfg: RunConfig, info: DatasetInfo) -> SupernetConfig:
+def substrate_config(substrate: str, info: DatasetInfo) -> SupernetConfig:
     """The run's substrate (``substrate`` key) for the data set's channels, size and classes."""
-    return _sized(cfg.substrate, info)
+    return _sized(substrate, info)
 
 
-def run_family(cfg: RunConfig) -> str:
+def run_family(family: CandidateFamily, info: DatasetInfo) -> str:
     """The run's family: ``nas-family``, or for "auto" the backbone the paper uses for the data set
     (MNIST-like -> lenet5, CIFAR-like -> mobilenetv2; other data: lenet5 for grey images)."""
-    if cfg.nas_family != "auto":
-        return cfg.nas_family
-    if cfg.dataset in AUTO_FAMILY:
-        return AUTO_FAMILY[cfg.dataset]
-    return "lenet5" if dataset_info(cfg).channels == 1 else "mobilenetv2"
+    if family.nas_family != "auto":
+        return family.nas_family
+    if family.dataset in AUTO_FAMILY:
+        return AUTO_FAMILY[family.dataset]
+    return "lenet5" if info.channels == 1 else "mobilenetv2"
 
 
-def run_candidates(cfg: RunConfig, info: DatasetInfo) -> list[Candidate]:
+def run_candidates(family: CandidateFamily, info: DatasetInfo) -> list[Candidate]:
     """The run's family, cheapest first (the server uses it to tell who can take part)."""
-    return family_candidates(run_family(cfg), info, cfg.batch_size)
+    return family_candidates(run_family(family, info), info, family.batch_size)

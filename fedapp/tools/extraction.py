@@ -19,8 +19,9 @@ from fedapp.methods.common.strategy import point_evaluator
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.posthoc import extract_posthoc
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import run_context
 from fedapp.run.feast_space import model_space
-from fedapp.run.federated_data import population, server_set
+from fedapp.run.federated_data import server_set
 from fedapp.wire.records import load_state
 
 #: Methods whose global model is a FEAST supernet.
@@ -45,19 +46,20 @@ def extract(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             f"{run_dir} is a {cfg.strategy!r} run; extraction needs a FEAST supernet "
             f"({', '.join(SUPERNET_METHODS)})"
         )
-    info = population(cfg).info
-    space = model_space(cfg, info)
+    run = run_context(cfg)
+    info = run.info
+    space = model_space(run.feast_space, info)
     smallest = space.cache.min_macs
     if args.macs < smallest:
         raise ConfigError(f"--macs {args.macs:,.0f} is below the smallest variant ({smallest:,})")
     supernet = ElasticResNet(space.config)
     load_state(supernet, RunRecorder.load_state(run_dir / BEST_MODEL_FILE))
-    evaluator = point_evaluator(cfg, info)
+    evaluator = point_evaluator(run)
     calibration = calibration_loader(evaluator.calibration, info, evaluator.batch_size)
     batches = (x.to(evaluator.device) for x, _ in calibration)
     found, subnet = extract_posthoc(supernet.to(evaluator.device), args.macs, batches, args.seed)
     point = OperatingPoint(-1, found.macs, found.params, lambda: subnet, recalibrate=False)
-    row = evaluator.rows([point], server_set(cfg, "test"))[0]
+    row = evaluator.rows([point], server_set(run.data, "test"))[0]
     data = {
         "run_dir": str(run_dir),
         "mac_limit": args.macs,

@@ -30,6 +30,7 @@ from fedapp.apps.server_app import app as server_app
 from fedapp.methods.common.reply_validation import spec_of
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.run.config import parse_run_config
+from fedapp.run.context import data_layout
 from fedapp.run.federated_data import client_budgets, client_shard
 
 FAST = preset_overrides("fedavg-digits") | {"num_server_rounds": 2}
@@ -79,10 +80,13 @@ def test_handshake_reports_partition_examples_and_budget(tmp_path) -> None:
     nodes = NodeRegistry(cfg.num_clients)
     nodes.wait_for(grid, 3, timeout=5)
     by_partition = {p.partition_id: p for p in nodes.profiles.values()}
-    budgets = client_budgets(cfg)
+    budgets = client_budgets(data_layout(cfg).budgets)
     assert by_partition[0].budget == budgets[0] and by_partition[1].budget == budgets[1]
     assert by_partition[2].budget == 123e6
-    assert all(p.num_examples == len(client_shard(cfg, i).labels) for i, p in by_partition.items())
+    assert all(
+        p.num_examples == len(client_shard(data_layout(cfg), i).labels)
+        for i, p in by_partition.items()
+    )
 
 
 def test_mismatched_population_stops_before_training(tmp_path, caplog) -> None:
@@ -231,7 +235,7 @@ def test_each_round_pushes_its_heaviest_clients_first(tmp_path) -> None:
             if m.metadata.message_type == MessageType.TRAIN and m.metadata.group_id == server_round
         ]
         work = [
-            len(client_shard(cfg, m.metadata.dst_node_id - FIRST_NODE_ID).labels)
+            len(client_shard(data_layout(cfg), m.metadata.dst_node_id - FIRST_NODE_ID).labels)
             * sum(int(np.prod(a.shape)) for a in m.content.array_records["arrays"].values())
             for m in sent
         ]
@@ -299,4 +303,4 @@ def test_a_split_that_does_not_fit_the_data_is_a_config_error(tmp_path) -> None:
 
     cfg = parse_run_config(_config(tmp_path, validation_size=5000))
     with pytest.raises(ConfigError, match="cannot split 'digits'"):
-        population(cfg)
+        population(data_layout(cfg))

@@ -19,6 +19,7 @@ from fedapp.apps.server_app import RunRejected
 from fedapp.apps.server_app import app as server_app
 from fedapp.data.registry import ImageArrays, load_dataset
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout
 from fedapp.run.federated_data import client_shard
 from fedapp.run.profiles import NodeRegistry, local_node
 
@@ -69,7 +70,9 @@ def test_device_trains_on_its_npz_file_and_reports_its_size(tmp_path) -> None:
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["clients-accepted"] == 3
     cfg = parse_run_config(config)
-    shards = [len(client_shard(cfg, i).labels) for i in (1, 2)]  # the other nodes: seeded shards
+    shards = [
+        len(client_shard(data_layout(cfg), i).labels) for i in (1, 2)
+    ]  # the other nodes: seeded shards
     assert rows[0]["num-examples"] == 40 + sum(shards)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["nodes"] == 3
     # the handshake tells the server the device's real size
@@ -83,7 +86,7 @@ def test_image_folder_classes_are_the_runs_labels(tmp_path) -> None:
     own = _device_digits((2, 9), per_class=10)
     root = _write_folder(tmp_path / "photos", own)
     cfg = parse_run_config(run_config(**FAST))
-    data = client_shard(cfg, 0, str(root))
+    data = client_shard(data_layout(cfg), 0, str(root))
     assert data.images.shape == (20, 1, 8, 8)
     assert sorted(set(data.labels.tolist())) == [2, 9]  # not re-numbered 0, 1
     assert np.bincount(data.labels, minlength=10)[[2, 9]].tolist() == [10, 10]
@@ -126,4 +129,4 @@ def test_inconsistent_device_data_stops_the_run_before_training(
 def test_data_path_must_be_a_string(tmp_path) -> None:
     cfg = parse_run_config(run_config(**FAST))
     with pytest.raises(ConfigError, match="expected a quoted path"):
-        local_node({"partition-id": 0, "num-partitions": 3, "data-path": 5}, cfg)
+        local_node({"partition-id": 0, "num-partitions": 3, "data-path": 5}, data_layout(cfg))

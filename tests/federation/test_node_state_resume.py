@@ -23,6 +23,7 @@ from local_grid import PowerCut, crash_in_round, run_config, run_local
 
 from fedapp.methods.common.state_store import KEPT_SNAPSHOTS, ROUND_KEY, StateStore, snapshot_name
 from fedapp.run.config import parse_run_config
+from fedapp.run.context import data_layout
 from fedapp.run.profiles import local_node
 from fedapp.wire.records import from_record, to_record
 
@@ -128,7 +129,7 @@ def _store(tmp_path: Path, **node_config: Any) -> tuple[StateStore, Any]:
     config = _config(tmp_path, "ditto", "run")
     cfg = parse_run_config(config)
     node_config = {"partition-id": 1, "num-partitions": 3} | node_config
-    node = local_node(node_config, cfg)
+    node = local_node(node_config, data_layout(cfg))
     return StateStore.for_node(node_config, config, cfg, node), config
 
 
@@ -197,7 +198,7 @@ def test_a_snapshot_of_another_configuration_or_node_is_not_continued(tmp_path, 
     cfg = parse_run_config(config | {"seed": 7})
     node_config = {"partition-id": 1, "num-partitions": 3}
     other = StateStore.for_node(
-        node_config, config | {"seed": 7}, cfg, local_node(node_config, cfg)
+        node_config, config | {"seed": 7}, cfg, local_node(node_config, data_layout(cfg))
     )
     assert other.folder == store.folder
     assert other.prepare(RecordDict(), upto=None) == 0
@@ -219,7 +220,7 @@ def test_a_snapshot_that_unpickles_is_refused(tmp_path: Path, caplog) -> None:
 def test_a_run_without_run_name_keeps_its_state_in_memory_only(tmp_path: Path) -> None:
     config = _config(tmp_path, "ditto", "")
     cfg = parse_run_config(config)
-    node = local_node({"partition-id": 0, "num-partitions": 3}, cfg)
+    node = local_node({"partition-id": 0, "num-partitions": 3}, data_layout(cfg))
     store = StateStore.for_node({}, config, cfg, node)
     state = _state(1.0)
     store.commit(state, 1)

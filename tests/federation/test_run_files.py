@@ -26,6 +26,7 @@ from fedapp.evaluation.results import RunRecorder
 from fedapp.evaluation.tensorboard import TENSORBOARD_DIR, scalar_tag
 from fedapp.results import load_run
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout
 from fedapp.run.federated_data import client_shard, population
 from fedapp.tools import cli
 
@@ -252,7 +253,7 @@ def test_labels_csv_counts_each_clients_shard(run: tuple[dict[str, Any], Path]) 
     assert counts.index.tolist() == list(range(NODES))
     assert counts.columns.tolist() == [str(c) for c in range(10)]
     for partition in range(NODES):
-        shard = client_shard(cfg, partition)  # what that client trains on
+        shard = client_shard(data_layout(cfg), partition)  # what that client trains on
         assert counts.loc[partition].sum() == len(shard.labels)
         assert counts.loc[partition].tolist() == np.bincount(shard.labels, minlength=10).tolist()
     assert (run_dir / LABELS_PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -264,7 +265,7 @@ def test_dirichlet_split_is_visibly_skewed_against_iid(
     config, run_dir = run
     dirichlet = pd.read_csv(run_dir / LABELS_FILE, index_col="partition")
     iid_cfg = parse_run_config(config | {"partitioner": "iid"})
-    pop = population(iid_cfg)
+    pop = population(data_layout(iid_cfg))
     iid = write_label_distribution(
         tmp_path, pop.dataset.train.labels, pop.shards, pop.info.num_classes, "iid"
     )

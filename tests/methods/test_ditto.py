@@ -19,6 +19,7 @@ from fedapp.methods.fedavg import client as fedavg
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.random_streams import Stream
 from fedapp.run.config import parse_run_config
+from fedapp.run.context import data_layout, run_context
 from fedapp.run.federated_data import population
 from fedapp.run.profiles import local_node
 from fedapp.training.loops import seed_local_work, train_loader
@@ -75,27 +76,27 @@ def test_personal_model_is_kept_in_node_state_and_trained_from_there() -> None:
     config = run_config(**DITTO_DIGITS)
     server_context(config)
     cfg = parse_run_config(config)
-    info = population(cfg).info
-    node = local_node({"partition-id": 1, "num-partitions": 4}, cfg)
+    info = population(data_layout(cfg)).info
+    node = local_node({"partition-id": 1, "num-partitions": 4}, data_layout(cfg))
     torch.manual_seed(0)
     global_state = {
         k: v.numpy().copy() for k, v in build_model(cfg.model, info).state_dict().items()
     }
 
-    ditto.train(_train_message(global_state, 1), cfg, node)
+    ditto.train(_train_message(global_state, 1), run_context(cfg), node)
     first = load_arrays(node.state, ditto.PERSONAL_KEY)
     assert first is not None and set(first) == set(global_state)
     assert any(not np.array_equal(first[k], global_state[k]) for k in first)
 
-    reply = ditto.train(_train_message(global_state, 2), cfg, node)
+    reply = ditto.train(_train_message(global_state, 2), run_context(cfg), node)
     second = load_arrays(node.state, ditto.PERSONAL_KEY)
     # round 2 trained the kept model: replaying that from `first` gives exactly `second`
     replay, anchor = build_model(cfg.model, info), build_model(cfg.model, info)
     load_state(replay, first)
     load_state(anchor, global_state)
     generator = seed_local_work(cfg.seed, Stream.DITTO_PERSONAL, 2, 1)
-    loader = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
-    ditto.train_personal(replay, anchor, loader, cfg, 0.05, CPU)
+    loader = train_loader(node.shard(data_layout(cfg)), info, cfg.batch_size, generator)
+    ditto.train_personal(replay, anchor, loader, run_context(cfg), 0.05, CPU)
     for name, value in replay.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), second[name])
     # ... and only the global copy travels: the reply is not the personal model
@@ -133,17 +134,17 @@ def test_fedavg_and_ditto_replies_carry_the_compute_proxy() -> None:
     config = run_config(**(DITTO_DIGITS | {"model": "cnn-small", "local_epochs": 2}))
     server_context(config)
     cfg = parse_run_config(config)
-    info = population(cfg).info
-    node = local_node({"partition-id": 0, "num-partitions": 4}, cfg)
+    info = population(data_layout(cfg)).info
+    node = local_node({"partition-id": 0, "num-partitions": 4}, data_layout(cfg))
     torch.manual_seed(0)
     state = {k: v.numpy().copy() for k, v in build_model(cfg.model, info).state_dict().items()}
     # what one epoch's batches hold (a lone last image is left out)
-    epoch = train_loader(node.shard(cfg), info, cfg.batch_size, torch.Generator())
+    epoch = train_loader(node.shard(data_layout(cfg)), info, cfg.batch_size, torch.Generator())
     trained = sum(len(labels) for _, labels in epoch) * cfg.local_epochs
     expected = 3 * forward_macs(cfg.model, info) * trained
 
-    fedavg_metrics = fedavg.train(_train_message(state, 1), cfg, node)[METRICS]
-    ditto_metrics = ditto.train(_train_message(state, 1), cfg, node)[METRICS]
+    fedavg_metrics = fedavg.train(_train_message(state, 1), run_context(cfg), node)[METRICS]
+    ditto_metrics = ditto.train(_train_message(state, 1), run_context(cfg), node)[METRICS]
 
     assert forward_macs(cfg.model, info) > 0
     assert fedavg_metrics[COMPUTE_METRIC] == expected

@@ -19,6 +19,7 @@ from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import envelope
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout, run_context
 from fedapp.run.feast_space import model_space
 from fedapp.run.federated_data import population
 from fedapp.training.co_training import co_training_gradients, plan_for
@@ -28,7 +29,7 @@ from fedapp.wire.records import from_record, to_record
 
 def _space(**overrides):
     cfg = parse_run_config(run_config(**(DIGITS_FEAST | overrides)))
-    return cfg, model_space(cfg, population(cfg).info)
+    return cfg, model_space(run_context(cfg).feast_space, population(data_layout(cfg)).info)
 
 
 def test_coverage_formula_matches_the_paper() -> None:

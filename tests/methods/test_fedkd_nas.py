@@ -38,6 +38,7 @@ from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.budgets import BudgetError
 from fedapp.models.families import family_candidates
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout, run_context
 from fedapp.run.federated_data import client_budgets, public_images
 from fedapp.run.profiles import LocalNode, NodeRegistry
 from fedapp.training.distillation import endless, kd_loss, predict_logits
@@ -131,18 +132,18 @@ def _cfg(**overrides):
 
 def test_feasible_set_respects_mac_and_memory_budgets() -> None:
     cfg = _cfg()
-    assert [c.name for c in feasible_candidates(cfg, DIGITS, 2e4)] == [
+    assert [c.name for c in feasible_candidates(run_context(cfg), DIGITS, 2e4)] == [
         "lenet5-x0.25",
         "lenet5-x0.5",
     ]
-    assert len(feasible_candidates(cfg, DIGITS, 3e5)) == 4
+    assert len(feasible_candidates(run_context(cfg), DIGITS, 3e5)) == 4
     tight = _cfg(fedkd_nas__memory_mb=LENET[1].train_memory_bytes / 2**20)
-    assert [c.name for c in feasible_candidates(tight, DIGITS, 3e5)] == [
+    assert [c.name for c in feasible_candidates(run_context(tight), DIGITS, 3e5)] == [
         "lenet5-x0.25",
         "lenet5-x0.5",
     ]
     with pytest.raises(BudgetError, match="affords no candidate"):
-        feasible_candidates(cfg, DIGITS, 5e3)
+        feasible_candidates(run_context(cfg), DIGITS, 5e3)
 
 
 def test_a_duel_compares_equal_training_only_and_needs_more_than_one_holdout_image() -> None:
@@ -220,9 +221,11 @@ def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_t
     np.testing.assert_array_equal(public_holdout(200, 0.2, cfg.seed)[1], scored)
     target = np.random.default_rng(0).normal(size=(200, 10)).astype(np.float32)
     node = LocalNode(0, 3, None, 3e5)
-    trainer = RoundTrainer(cfg, node, target, server_round=3, lr=0.02)
-    assert len(trainer.train_part.labels) == len(node.shard(cfg).labels)
-    np.testing.assert_array_equal(trainer.holdout.images, public_images(cfg).images[scored])
+    trainer = RoundTrainer(run_context(cfg), node, target, server_round=3, lr=0.02)
+    assert len(trainer.train_part.labels) == len(node.shard(data_layout(cfg)).labels)
+    np.testing.assert_array_equal(
+        trainer.holdout.images, public_images(data_layout(cfg)).images[scored]
+    )
     np.testing.assert_array_equal(trainer.holdout.labels, target[scored].argmax(axis=1))
     batches = trainer.kd_batches(target, torch.Generator().manual_seed(0))
     rows = torch.cat([rows for _, rows in itertools.islice(batches, 10)]).numpy()  # 160 rows
@@ -233,9 +236,9 @@ def test_public_scoring_keeps_its_images_out_of_kd_and_measures_agreement_with_t
     assert trained.measured.accuracy == pytest.approx(agreement)
     # private scoring: a hold-out of the shard, KD on every public image
     private_cfg = _cfg(strategy="fedkd-nas", fedkd_nas__score_on="private")
-    private = RoundTrainer(private_cfg, node, target, server_round=3, lr=0.02)
+    private = RoundTrainer(run_context(private_cfg), node, target, server_round=3, lr=0.02)
     assert len(private.train_part.labels) + len(private.holdout.labels) == len(
-        node.shard(cfg).labels
+        node.shard(data_layout(cfg)).labels
     )
     rows = torch.cat(
         [r for _, r in itertools.islice(private.kd_batches(target, torch.Generator()), 13)]
@@ -341,7 +344,7 @@ def test_in_a_federation_no_client_stays_on_a_candidate_scored_after_less_traini
 
 def _budgets() -> dict[str, float]:
     """Each partition's budget (MACs) in the FAST runs, as the clients draw it."""
-    return {str(p): float(b) for p, b in enumerate(client_budgets(_cfg()))}
+    return {str(p): float(b) for p, b in enumerate(client_budgets(data_layout(_cfg()).budgets))}
 
 
 def _client_holdout(partition: int) -> np.ndarray:
@@ -349,7 +352,10 @@ def _client_holdout(partition: int) -> np.ndarray:
 
     cfg = _cfg()
     _, held = holdout_split(
-        client_shard(cfg, partition), cfg.section(FedKDNASSettings).holdout, cfg.seed, partition
+        client_shard(data_layout(cfg), partition),
+        cfg.section(FedKDNASSettings).holdout,
+        cfg.seed,
+        partition,
     )
     return held.labels
 

@@ -32,7 +32,8 @@ from fedapp.models.masks import (
     value_costs,
 )
 from fedapp.run.config import ConfigError, RunConfig, parse_run_config
-from fedapp.run.federated_data import budget_population, population
+from fedapp.run.context import budget_draw, data_layout
+from fedapp.run.federated_data import client_budgets, population
 from fedapp.run.run_models import substrate_config
 from fedapp.tools.compare import load_comparison
 from fedapp.wire.records import from_record
@@ -178,8 +179,8 @@ DIGITS_FIARSE = {
 
 def test_effective_macs_of_the_full_model_equal_the_analytic_count() -> None:
     cfg = parse_run_config(run_config(**DIGITS_FIARSE))
-    info = population(cfg).info
-    config = substrate_config(cfg, info)
+    info = population(data_layout(cfg)).info
+    config = substrate_config(cfg.substrate, info)
     model = full_model(config)
     costs = value_costs(model, torch.zeros(1, info.channels, info.image_size, info.image_size))
     family = MaskFamily.of({k: v.numpy() for k, v in model.state_dict().items()}, costs)
@@ -322,9 +323,9 @@ def test_the_classifier_keeps_weights_at_the_smallest_budget_of_every_preset(pre
     info = DatasetInfo(cfg.dataset, classes, channels, size, (0.0,), (1.0,), "none", True)
     # the raw Zipf draw: at most the run's smallest budget (the authors' population raises low
     # budgets to the cache's minimum, which needs the data set; CIFAR-100 is not here)
-    smallest = float(min(budget_population(cfg, floor=0.0)))
+    smallest = float(min(client_budgets(budget_draw(cfg, 0.0))))
     for init in ("fedapp", "pytorch-default"):
-        model = full_model(substrate_config(cfg, info), seed=cfg.seed)
+        model = full_model(substrate_config(cfg.substrate, info), seed=cfg.seed)
         if init == "pytorch-default":
             torch.manual_seed(cfg.seed)
             _pytorch_default_init(model)

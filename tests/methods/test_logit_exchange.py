@@ -26,6 +26,7 @@ from fedapp.methods.fedmd.server import consensus
 from fedapp.methods.fedmd.settings import FedMDSettings
 from fedapp.random_streams import Stream
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout, run_context
 from fedapp.run.federated_data import population
 from fedapp.run.profiles import local_node
 from fedapp.tools.compare import load_comparison
@@ -145,14 +146,14 @@ def _train_message(server_round: int, payload: dict[str, np.ndarray]) -> Message
 def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
     config, cfg = _cfg(FEDMD)
     server_context(config)  # a Message needs a run identity
-    info = population(cfg).info
-    node = local_node({"partition-id": 2, "num-partitions": 3}, cfg)
+    info = population(data_layout(cfg)).info
+    node = local_node({"partition-id": 2, "num-partitions": 3}, data_layout(cfg))
     shape = (cfg.section(FedMDSettings).alignment_size, info.num_classes)
     empty = {CONSENSUS: np.zeros(shape, np.float32), CONSENSUS_ROUND: np.array(0)}
-    reply = fedmd_train(_train_message(1, empty), cfg, node)
+    reply = fedmd_train(_train_message(1, empty), run_context(cfg), node)
     after_round_1 = load_arrays(node.state, MODEL_KEY)
     assert after_round_1 is not None  # transfer learning done once, model kept
-    model, fresh = load_own_model(cfg, node, info)
+    model, fresh = load_own_model(run_context(cfg), node, info)
     assert not fresh  # the next round loads the kept weights instead of pre-training again
     for name, value in model.state_dict().items():
         np.testing.assert_array_equal(value.numpy(), after_round_1[name])
@@ -160,17 +161,21 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
     assert uploaded.shape == shape and np.isfinite(uploaded).all()
 
     target = np.random.default_rng(0).normal(size=shape).astype(np.float32)
-    fedmd_train(_train_message(2, {CONSENSUS: target, CONSENSUS_ROUND: np.array(1)}), cfg, node)
+    fedmd_train(
+        _train_message(2, {CONSENSUS: target, CONSENSUS_ROUND: np.array(1)}), run_context(cfg), node
+    )
     kept = load_arrays(node.state, MODEL_KEY)
 
     def replay(order: list[str]) -> dict[str, np.ndarray]:
         generator = seed_local_work(cfg.seed, Stream.LOCAL_TRAINING, 2, node.partition_id)
-        model = load_own_model(cfg, node, info)[0]
+        model = load_own_model(run_context(cfg), node, info)[0]
         load_state(model, after_round_1)
-        private = train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+        private = train_loader(node.shard(data_layout(cfg)), info, cfg.batch_size, generator)
         for step in order:
             if step == "digest":
-                loader = target_loader(alignment_set(cfg, 1), target, info, 256, generator)
+                loader = target_loader(
+                    alignment_set(run_context(cfg), 1), target, info, 256, generator
+                )
                 digest(model, loader, adam(model), 1, torch.device("cpu"))
             else:
                 train_supervised(model, private, adam(model), 1, torch.device("cpu"))
@@ -186,14 +191,14 @@ def test_fedmd_client_keeps_its_model_and_digests_before_it_revisits() -> None:
 def test_fedmd_client_first_sampled_late_pretrains_then_digests_and_revisits() -> None:
     config, cfg = _cfg(FEDMD)
     server_context(config)
-    info = population(cfg).info
-    node = local_node({"partition-id": 0, "num-partitions": 3}, cfg)
+    info = population(data_layout(cfg)).info
+    node = local_node({"partition-id": 0, "num-partitions": 3}, data_layout(cfg))
     target = np.zeros((cfg.section(FedMDSettings).alignment_size, info.num_classes), np.float32)
     message = _train_message(3, {CONSENSUS: target, CONSENSUS_ROUND: np.array(2)})
-    reply = fedmd_train(message, cfg, node)
+    reply = fedmd_train(message, run_context(cfg), node)
     metrics = reply["metrics"]
     private = metrics["num-examples"]
-    macs = own_candidate(cfg, info, node.budget).macs
+    macs = own_candidate(run_context(cfg), info, node.budget).macs
     # 3 x MACs per trained example: public (1 epoch), private (1), digest (1), revisit (1);
     # plus one forward pass per uploaded logit row
     trained = cfg.public_size + private + cfg.section(FedMDSettings).alignment_size + private

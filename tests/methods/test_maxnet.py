@@ -33,6 +33,7 @@ from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import data_layout, run_context
 from fedapp.run.feast_space import model_space
 from fedapp.run.federated_data import client_budgets, population
 from fedapp.run.profiles import NodeProfile, NodeRegistry
@@ -112,7 +113,7 @@ def test_tracking_sandwich_with_seeded_cohorts_keeps_maxnet_load_balanced() -> N
 # ---- samplers ------------------------------------------------------------------------------
 def test_budget_constrained_draws_never_exceed_the_budget() -> None:
     cfg = _cfg()
-    space = model_space(cfg, population(cfg).info)
+    space = model_space(run_context(cfg).feast_space, population(data_layout(cfg)).info)
     budgets = [*space.cache.macs.tolist(), 1.5e6, 3.1e6]
     for sampler in (SpaceSampler(space), PathSampler(space)):
         for budget in budgets:
@@ -126,7 +127,7 @@ def test_budget_constrained_draws_never_exceed_the_budget() -> None:
 
 def test_unconstrained_samplers_span_the_whole_space_or_path() -> None:
     cfg = _cfg()
-    space = model_space(cfg, population(cfg).info)
+    space = model_space(run_context(cfg).feast_space, population(data_layout(cfg)).info)
     sfn, dfn = SpaceSampler(space), PathSampler(space)
     assert sfn.draw(MAX, None, None) == space.config.max_arch()
     assert count(space.config, sfn.draw(MIN, None, None)).macs < space.cache.min_macs
@@ -143,7 +144,7 @@ def test_unconstrained_samplers_span_the_whole_space_or_path() -> None:
 
 def test_feast_transfer_min_is_the_global_minimum_and_max_the_best_of_20() -> None:
     cfg = _cfg(maxnet__subnet_sampling="feast-transfer")
-    space = model_space(cfg, population(cfg).info)
+    space = model_space(run_context(cfg).feast_space, population(data_layout(cfg)).info)
     sampler = SpaceSampler(space)
     low = sampler.transfer(MIN, space.cache.min_macs, np.random.default_rng(0))
     low_macs = count(space.config, low).macs
@@ -243,7 +244,7 @@ def test_two_round_federation_for_both_names(tmp_path, name) -> None:
         "maxnet_assignments",
     ):
         assert key in summary, key
-    space = model_space(cfg, population(cfg).info)
+    space = model_space(run_context(cfg).feast_space, population(data_layout(cfg)).info)
     assert len(summary["variants"]) == len(space.cache)
     assert summary["compute_proxy_total_macs"] > 0
     assert sum(summary["maxnet_assignments"].values()) == 2  # one MaxNet per round
@@ -261,7 +262,7 @@ def test_two_round_federation_for_both_names(tmp_path, name) -> None:
         subnet = str(message.content["config"]["subnet"])
         subnets.add(subnet)
         macs = count(space.config, space.config.validate(parse_arch(subnet))).macs
-        assert macs <= client_budgets(cfg)[nodes[message.metadata.dst_node_id]]
+        assert macs <= client_budgets(data_layout(cfg).budgets)[nodes[message.metadata.dst_node_id]]
     # a cached variant is trained exactly when some client's subnet was that variant
     cached = [str(v.arch) for v in space.cache.variants]
     assert [v["trained"] for v in summary["variants"]] == [a in subnets for a in cached]

@@ -25,6 +25,7 @@ from processes import (
 )
 
 from fedapp.run.config import parse_run_config
+from fedapp.run.context import data_layout
 from fedapp.run.federated_data import population
 
 #: Examples on each device: not what a seeded shard of the run's pool would hold.
@@ -34,7 +35,7 @@ DEVICE_SIZES = (301, 256)
 def _write_device_files(directory: Path, overrides: dict[str, object]) -> list[Path]:
     """Two disjoint .npz files of digits from the run's client pool (never the server's sets),
     in the layout a device's own file has: x_train (N, 8, 8) uint8, y_train, x_test, y_test."""
-    pool = population(parse_run_config(run_config(**overrides)))
+    pool = population(data_layout(parse_run_config(run_config(**overrides))))
     train, clients = pool.dataset.train, pool.splits.clients
     assert sum(DEVICE_SIZES) + 40 <= len(clients)
     paths, start = [], 0

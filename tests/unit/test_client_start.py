@@ -19,6 +19,7 @@ from local_grid import preset_overrides, run_config
 
 from fedapp.data import registry
 from fedapp.run.config import parse_run_config
+from fedapp.run.context import data_layout, data_source
 from fedapp.run.federated_data import (
     _cached_shard,
     adopt_data_facts,
@@ -55,34 +56,36 @@ def _cfg(tmp_path: Path, **extra):
 
 def test_a_cached_shard_is_read_back_without_loading_the_data_set(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path, seed=11)
-    path = shard_cache_path(cfg, 2)
+    path = shard_cache_path(data_layout(cfg), 2)
     assert not path.exists()
-    computed = client_shard(cfg, 2)
+    computed = client_shard(data_layout(cfg), 2)
     assert path.exists() and "digits-seed11-iid-n4-p2" in path.name
 
     _cached_shard.cache_clear()  # as a fresh ClientApp process
     population.cache_clear()
     registry._load_cached.cache_clear()
-    again = client_shard(cfg, 2)
+    again = client_shard(data_layout(cfg), 2)
     assert population.cache_info().misses == 0 and registry._load_cached.cache_info().misses == 0
     np.testing.assert_array_equal(again.images, computed.images)
     np.testing.assert_array_equal(again.labels, computed.labels)
     # any key that shapes the split names another file
-    assert shard_cache_path(_cfg(tmp_path, seed=11, validation_size=150), 2) != path
+    assert shard_cache_path(data_layout(_cfg(tmp_path, seed=11, validation_size=150)), 2) != path
 
 
 def test_a_device_with_its_own_data_never_loads_the_run_data_set(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
-    facts = data_facts(dataset_info(cfg))  # what the server sends with QUERY and TRAIN
+    facts = data_facts(dataset_info(data_source(cfg)))  # what the server sends with QUERY and TRAIN
     digits = registry.load_dataset("digits").train
     own = tmp_path / "own.npz"
     np.savez(own, x_train=digits.images[:40, 0], y_train=digits.labels[:40])
 
     population.cache_clear()
     registry._load_cached.cache_clear()
-    adopt_data_facts(cfg, facts)
-    shard = client_shard(cfg, 0, str(own))
+    adopt_data_facts(data_source(cfg), facts)
+    shard = client_shard(data_layout(cfg), 0, str(own))
     assert len(shard.labels) == 40
     assert registry._load_cached.cache_info().currsize == 1  # the device's own file, nothing else
     assert population.cache_info().misses == 0
-    assert dataset_info(cfg) == population(cfg).info  # the facts sent are the data set's
+    assert (
+        dataset_info(data_source(cfg)) == population(data_layout(cfg)).info
+    )  # the facts sent are the data set's

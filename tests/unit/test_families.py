@@ -24,6 +24,8 @@ from fedapp.models.families import (
 from fedapp.models.substrate import width_arch
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import run_context
+from fedapp.run.pieces import CandidateFamily
 from fedapp.run.run_models import run_family
 
 MNIST = DatasetInfo("mnist-5k", 10, 1, 28, (0.1307,), (0.3081,), "none", False)
@@ -95,11 +97,17 @@ def test_affordable_respects_macs_and_memory_budgets() -> None:
         largest_affordable(candidates, candidates[0].macs - 1)
 
 
+def _family(**overrides: object) -> CandidateFamily:
+    return run_context(parse_run_config(run_config(**overrides))).family
+
+
 def test_auto_family_follows_the_data_set_and_the_key_is_checked() -> None:
-    assert run_family(parse_run_config(run_config(dataset="digits"))) == "lenet5"
-    assert run_family(parse_run_config(run_config(dataset="cifar10"))) == "mobilenetv2"
-    chosen = parse_run_config(run_config(nas_family="shufflenetv2"))
-    assert run_family(chosen) == "shufflenetv2"
+    assert run_family(_family(dataset="digits"), DIGITS) == "lenet5"
+    assert run_family(_family(dataset="cifar10"), DIGITS) == "mobilenetv2"  # the paper's pick
+    assert run_family(_family(nas_family="shufflenetv2"), DIGITS) == "shufflenetv2"
+    own_files = CandidateFamily(nas_family="auto", dataset="npz", batch_size=32)
+    assert run_family(own_files, DIGITS) == "lenet5"  # other data: by its channels
+    assert run_family(own_files, CIFAR) == "mobilenetv2"
     with pytest.raises(ConfigError, match="nas-family"):
         parse_run_config(run_config(nas_family="vgg"))
 

@@ -44,17 +44,16 @@ def test_every_row_names_real_halves(name: str) -> None:
     assert issubclass(strategy_class(name), HeterogeneousStrategy)
     settings = settings_class(name)
     assert settings is None or issubclass(settings, Section)
-    trainer = client_trainer(name)
-    assert list(inspect.signature(trainer).parameters) == ["message", "cfg", "node"]
+    halves = [client_trainer(name)]
     if METHODS[name].evaluator is None:
         with pytest.raises(NoClientEvaluator):
             client_evaluator(name)
     else:
-        assert list(inspect.signature(client_evaluator(name)).parameters) == [
-            "message",
-            "cfg",
-            "node",
-        ]
+        halves.append(client_evaluator(name))
+    for half in halves:  # a client half receives the run's context, never the whole config
+        parameters = inspect.signature(half).parameters
+        assert list(parameters) == ["message", "run", "node"]
+        assert parameters["run"].annotation == "RunContext"
 
 
 def test_pyproject_lists_exactly_the_table() -> None:

@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import zipfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from fedapp.evaluation.results import (
     write_csv,
 )
 from fedapp.run.config import ConfigError, parse_run_config, protocol_keys
+from fedapp.run.context import data_layout
 from fedapp.run.federated_data import (
     CACHE_DIR_ENV,
     _cached_shard,
@@ -40,6 +42,7 @@ from fedapp.run.federated_data import (
     shard_cache_path,
     shard_settings,
 )
+from fedapp.sections import key_of
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -218,7 +221,8 @@ def test_a_corrupt_npz_is_unavailable_naming_the_file(tmp_path: Path, damage: st
 
 # ---- the shard cache ------------------------------------------------------------------------
 
-#: A value other than the fedavg-digits preset's for every run-wide protocol key.
+#: A value other than the fedavg-digits preset's for every run-wide protocol key (a new protocol
+#: key needs its case here: KeyError).
 _OTHER_VALUES: dict[str, Any] = {
     "seed": 12,
     "num-server-rounds": 7,
@@ -254,23 +258,44 @@ def _with(tmp_path: Path, **changes: Any):
     return parse_run_config(config | changes)
 
 
-def test_every_setting_that_shapes_a_shard_names_another_cache_file(tmp_path: Path) -> None:
+def _config_keys(piece: dict[str, Any]) -> set[str]:
+    """The run-config keys a piece (as a dict, nested pieces flattened) holds; the budget floor
+    is derived from the config, not a key of it."""
+    keys: set[str] = set()
+    for name, value in piece.items():
+        if isinstance(value, dict):
+            keys |= _config_keys(value)
+        elif name != "floor":
+            keys.add(key_of(name))
+    return keys
+
+
+def test_every_key_of_the_data_layout_names_another_cache_file(tmp_path: Path) -> None:
     base = _with(tmp_path)
-    path = shard_cache_path(base, 0)
-    for key in sorted(protocol_keys()):  # a new protocol key needs its case here (KeyError)
+    path = shard_cache_path(data_layout(base), 0)
+    held = _config_keys(asdict(data_layout(base)))
+    assert held < protocol_keys()  # what cuts a shard is part of every comparison's experiment
+    for key in sorted(held):
         value = _OTHER_VALUES[key]
         assert base.as_run_config()[key] != value, key
-        assert shard_cache_path(_with(tmp_path, **{key: value}), 0) != path, key
-    # under budget-rng = "authors" the supernet and cache floor the budgets; otherwise not
-    authors = _with(tmp_path, **{"budget-rng": "authors"})
-    for key, value in (("supernet", "feast-fmnist"), ("variant-cache", "feast-small-digits")):
-        assert authors.as_run_config()[key] != value
-        assert shard_cache_path(_with(tmp_path, **{"budget-rng": "authors", key: value}), 0) != (
-            shard_cache_path(authors, 0)
-        ), key
-        assert shard_cache_path(_with(tmp_path, **{key: value}), 0) == path
-    # a setting of local training shapes nothing
-    assert shard_cache_path(_with(tmp_path, **{"learning-rate": 0.5}), 0) == path
+        assert shard_cache_path(data_layout(_with(tmp_path, **{key: value})), 0) != path, key
+    for key in sorted(protocol_keys() - held):  # the rest of the experiment cuts no shard
+        changed = _with(tmp_path, **{key: _OTHER_VALUES[key]})
+        assert shard_cache_path(data_layout(changed), 0) == path, key
+    assert shard_cache_path(data_layout(_with(tmp_path, **{"learning-rate": 0.5})), 0) == path
+    # under budget-rng = "authors" the cache's smallest variant floors the budgets: a supernet
+    # with another floor cuts other shards, a cache with the same floor the same ones
+    authors = data_layout(_with(tmp_path, **{"budget-rng": "authors"}))
+    other_floor = data_layout(
+        _with(tmp_path, **{"budget-rng": "authors", "supernet": "feast-fmnist"})
+    )
+    same_floor = data_layout(
+        _with(tmp_path, **{"budget-rng": "authors", "variant-cache": "feast-small-digits"})
+    )
+    assert other_floor.budgets.floor != authors.budgets.floor == same_floor.budgets.floor > 0
+    assert shard_cache_path(other_floor, 0) != shard_cache_path(authors, 0)
+    assert shard_cache_path(same_floor, 0) == shard_cache_path(authors, 0)
+    assert shard_cache_path(data_layout(_with(tmp_path, supernet="feast-fmnist")), 0) == path
 
 
 def test_a_changed_data_file_is_never_served_from_the_cache(tmp_path: Path, monkeypatch) -> None:
@@ -280,8 +305,8 @@ def test_a_changed_data_file_is_never_served_from_the_cache(tmp_path: Path, monk
     np.savez(source, x_train=digits.images[:400, 0], y_train=digits.labels[:400])
     sizes = {"validation-size": 50, "test-size": 50}
     cfg = _with(tmp_path, dataset="npz", **{"data-dir": str(source)} | sizes)
-    first = client_shard(cfg, 1)
-    path = shard_cache_path(cfg, 1)
+    first = client_shard(data_layout(cfg), 1)
+    path = shard_cache_path(data_layout(cfg), 1)
     assert path.is_file()
 
     # the same path, other images: a later run must cut its shard from the new file
@@ -290,8 +315,8 @@ def test_a_changed_data_file_is_never_served_from_the_cache(tmp_path: Path, monk
     _cached_shard.cache_clear()
     registry._load_cached.cache_clear()
     population.cache_clear()
-    assert shard_cache_path(cfg, 1) != path
-    np.testing.assert_array_equal(client_shard(cfg, 1).images, 255 - first.images)
+    assert shard_cache_path(data_layout(cfg), 1) != path
+    np.testing.assert_array_equal(client_shard(data_layout(cfg), 1).images, 255 - first.images)
 
 
 def test_an_unreadable_cached_shard_is_dropped_and_recomputed(
@@ -299,13 +324,13 @@ def test_an_unreadable_cached_shard_is_dropped_and_recomputed(
 ) -> None:
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
     cfg = _with(tmp_path, seed=21)
-    computed = client_shard(cfg, 0)
-    path = shard_cache_path(cfg, 0)
+    computed = client_shard(data_layout(cfg), 0)
+    path = shard_cache_path(data_layout(cfg), 0)
     path.write_bytes(path.read_bytes()[:100])  # torn
     with pytest.raises(zipfile.BadZipFile):
         np.load(path)
     _cached_shard.cache_clear()
-    again = client_shard(cfg, 0)
+    again = client_shard(data_layout(cfg), 0)
     assert f"dropped the unreadable cached shard {path}" in caplog.text
     np.testing.assert_array_equal(again.images, computed.images)
     with np.load(path) as stored:  # replaced by a whole file
@@ -314,6 +339,6 @@ def test_an_unreadable_cached_shard_is_dropped_and_recomputed(
 
 def test_shard_settings_are_json(tmp_path: Path) -> None:
     """The key is a digest of JSON: every setting must have one spelling."""
-    settings = shard_settings(_with(tmp_path))
+    settings = shard_settings(data_layout(_with(tmp_path)))
     assert json.loads(json.dumps(settings)) == settings
     assert settings["sources"] and settings["sources"][0][0].endswith("digits.csv.gz")

@@ -104,7 +104,7 @@ def test_run_substrate_is_sized_to_the_data_set_and_checked() -> None:
     cfg = parse_run_config(run_config())
     assert cfg.substrate == "resnet18-small"
     info = DatasetInfo("digits", 10, 1, 8, (0.5,), (0.25,), "none", False)
-    sized = substrate_config(cfg, info)
+    sized = substrate_config(cfg.substrate, info)
     assert (sized.in_channels, sized.image_size, sized.num_classes) == (1, 8, 10)
     with pytest.raises(ConfigError, match=r"'substrate' = 'resnet19'.*resnet18-cifar"):
         parse_run_config(run_config(substrate="resnet19"))

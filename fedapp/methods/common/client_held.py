@@ -30,7 +30,7 @@ class ClientHeldStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.cheapest_macs = run_candidates(cfg, self.info)[0].macs
+        self.cheapest_macs = run_candidates(self.run.family, self.info)[0].macs
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
         if profile.budget >= self.cheapest_macs:

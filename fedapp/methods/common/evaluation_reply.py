@@ -15,7 +15,7 @@ from torch import nn
 from fedapp.data.registry import DatasetInfo
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.models.families import Candidate
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.federated_data import server_set
 from fedapp.training.loops import eval_loader, evaluate, resolve_device
 from fedapp.wire.messages import (
@@ -38,13 +38,15 @@ def no_model_reply() -> RecordDict:
 def evaluation_reply(
     model: nn.Module,
     message: Message,
-    cfg: RunConfig,
+    run: RunContext,
     info: DatasetInfo,
     extra: Mapping[str, int | float] | None = None,
 ) -> RecordDict:
     """The model's accuracy and loss on the split the message names, plus ``extra`` metrics."""
-    data = server_set(cfg, str(message.content[CONFIG][EVAL_SPLIT]))
-    result = evaluate(model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(cfg.device))
+    data = server_set(run.data, str(message.content[CONFIG][EVAL_SPLIT]))
+    result = evaluate(
+        model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(run.training.device)
+    )
     metrics = {
         NUM_EXAMPLES: int(result["examples"]),
         ACCURACY: result[ACCURACY],

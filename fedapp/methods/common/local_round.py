@@ -10,9 +10,9 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
-from fedapp.data.registry import DatasetInfo
 from fedapp.random_streams import Stream
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
+from fedapp.run.pieces import LocalTraining
 from fedapp.run.profiles import LocalNode
 from fedapp.training.loops import (
     Gradients,
@@ -27,38 +27,35 @@ from fedapp.wire.messages import CONFIG, LEARNING_RATE, SERVER_ROUND
 
 
 def round_generator(
-    message: Message, cfg: RunConfig, node: LocalNode, stream: Stream = Stream.LOCAL_TRAINING
+    message: Message, run: RunContext, node: LocalNode, stream: Stream = Stream.LOCAL_TRAINING
 ) -> torch.Generator:
     """The generator of this node's work in the message's round, by ``stream``; it seeds torch's
     global generator too, so a model built after it is initialised from the same stream."""
     server_round = int(message.content[CONFIG][SERVER_ROUND])
-    return seed_local_work(cfg.seed, stream, server_round, node.partition_id)
+    return seed_local_work(run.training.seed, stream, server_round, node.partition_id)
 
 
-def shard_loader(
-    cfg: RunConfig, node: LocalNode, info: DatasetInfo, generator: torch.Generator
-) -> DataLoader:
+def shard_loader(run: RunContext, node: LocalNode, generator: torch.Generator) -> DataLoader:
     """The node's training shard, shuffled by ``generator``, in the run's batch size."""
-    return train_loader(node.shard(cfg), info, cfg.batch_size, generator)
+    return train_loader(node.shard(run.data), run.info, run.training.batch_size, generator)
 
 
 def local_sgd(
     model: nn.Module,
     message: Message,
-    cfg: RunConfig,
+    run: RunContext,
     node: LocalNode,
-    info: DatasetInfo,
     weight_decay: float | None = None,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Generator, DataLoader, torch.optim.SGD]:
     """A client's round set-up after its model is built: the round's seeded generator (``generator``
     where the trainer seeded it before building its model), its shuffled shard and SGD at the
     message's learning rate (``weight_decay`` overrides the run's)."""
-    generator = round_generator(message, cfg, node) if generator is None else generator
-    loader = shard_loader(cfg, node, info, generator)
-    decay = cfg.weight_decay if weight_decay is None else weight_decay
+    generator = round_generator(message, run, node) if generator is None else generator
+    loader = shard_loader(run, node, generator)
+    decay = run.training.weight_decay if weight_decay is None else weight_decay
     learning_rate = float(message.content[CONFIG][LEARNING_RATE])
-    return generator, loader, sgd(model, learning_rate, cfg.momentum, decay)
+    return generator, loader, sgd(model, learning_rate, run.training.momentum, decay)
 
 
 def train_local_epochs(
@@ -66,7 +63,7 @@ def train_local_epochs(
     loader: DataLoader,
     optimizer: Optimizer,
     gradients: Gradients,
-    cfg: RunConfig,
+    training: LocalTraining,
     generator: torch.Generator,
     *,
     clip: bool = True,
@@ -79,10 +76,10 @@ def train_local_epochs(
         loader,
         optimizer,
         gradients,
-        epochs=cfg.local_epochs,
-        device=resolve_device(cfg.device),
+        epochs=training.local_epochs,
+        device=resolve_device(training.device),
         generator=generator,
-        mix=cfg.mix_batches,
-        grad_clip=cfg.grad_clip if clip else None,
+        mix=training.mix_batches,
+        grad_clip=training.grad_clip if clip else None,
         min_batch=min_batch,
     )

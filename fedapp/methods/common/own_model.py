@@ -15,8 +15,7 @@ from fedapp.data.registry import DatasetInfo
 from fedapp.methods.common.evaluation_reply import candidate_costs, evaluation_reply, no_model_reply
 from fedapp.methods.common.node_state import load_arrays, save_arrays
 from fedapp.models.families import Candidate, build_candidate, largest_affordable
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.run.run_models import run_candidates
 from fedapp.wire.records import load_state
@@ -24,14 +23,14 @@ from fedapp.wire.records import load_state
 MODEL_KEY = "kept-model"  # node-state key of the client's own model
 
 
-def own_candidate(cfg: RunConfig, info: DatasetInfo, budget: float) -> Candidate:
+def own_candidate(run: RunContext, info: DatasetInfo, budget: float) -> Candidate:
     """The largest candidate the budget affords; BudgetError when none does."""
-    return largest_affordable(run_candidates(cfg, info), budget)
+    return largest_affordable(run_candidates(run.family, info), budget)
 
 
-def load_own_model(cfg: RunConfig, node: LocalNode, info: DatasetInfo) -> tuple[nn.Module, bool]:
+def load_own_model(run: RunContext, node: LocalNode, info: DatasetInfo) -> tuple[nn.Module, bool]:
     """(this node's model, whether it is new): the kept weights if any, else a fresh build."""
-    model = build_candidate(own_candidate(cfg, info, node.budget).name, info)
+    model = build_candidate(own_candidate(run, info, node.budget).name, info)
     saved = load_arrays(node.state, MODEL_KEY)
     if saved is not None:
         load_state(model, saved)
@@ -43,12 +42,12 @@ def keep_own_model(node: LocalNode, model: nn.Module) -> None:
     save_arrays(node.state, MODEL_KEY, model.state_dict())
 
 
-def evaluate_own_model(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def evaluate_own_model(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """Client evaluator: this node's kept model on the server-held split the message names (a
     node that has not trained yet has no model: :func:`no_model_reply`)."""
     if load_arrays(node.state, MODEL_KEY) is None:
         return no_model_reply()
-    info = dataset_info(cfg)
-    model, _ = load_own_model(cfg, node, info)
-    costs = candidate_costs(own_candidate(cfg, info, node.budget))
-    return evaluation_reply(model, message, cfg, info, costs)
+    info = run.info
+    model, _ = load_own_model(run, node, info)
+    costs = candidate_costs(own_candidate(run, info, node.budget))
+    return evaluation_reply(model, message, run, info, costs)

@@ -27,7 +27,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedapp.data.registry import DatasetInfo, ImageArrays
+from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.accounting import RunAccounts
 from fedapp.evaluation.operating_points import PointEvaluator
 from fedapp.method_table import strategy_class
@@ -43,7 +43,8 @@ from fedapp.methods.common.reply_validation import (
 )
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import population, server_set
+from fedapp.run.context import RunContext, run_context
+from fedapp.run.federated_data import server_set
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import resolve_device
 from fedapp.wire.messages import (
@@ -82,9 +83,11 @@ class HeterogeneousStrategy(Strategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         self.cfg = cfg
+        #: What the run shares (data layout, model spaces, local training, the method's settings).
+        self.run = run_context(cfg)
         self.nodes = nodes
         #: The run's data-set facts (channels, image size, classes) and the device it runs on.
-        self.info = population(cfg).info
+        self.info = self.run.info
         self.device = resolve_device(cfg.device)
         self.report = RoundReport()
         self.cohorts = CohortSampler(cfg, nodes, self.ineligibility)
@@ -304,7 +307,7 @@ class HeterogeneousStrategy(Strategy):
             self.nodes,
             split,
             self.cfg.round_timeout,
-            split_size=len(server_set(self.cfg, split).labels),
+            split_size=len(server_set(self.run.data, split).labels),
             required=self.evaluation_metrics,
             read=self.read_evaluation,
         )
@@ -358,15 +361,15 @@ class HeterogeneousStrategy(Strategy):
         log(INFO, "\t└── rounds: %d, seed: %d", self.cfg.num_server_rounds, self.cfg.seed)
 
 
-def point_evaluator(cfg: RunConfig, info: DatasetInfo) -> PointEvaluator:
+def point_evaluator(run: RunContext) -> PointEvaluator:
     """The run's evaluation of operating points: its calibration split, batch size, device and
     seed, the same for every weight-shared method."""
     return PointEvaluator(
-        server_set(cfg, "calibration"),
-        info,
-        cfg.batch_size,
-        resolve_device(cfg.device),
-        stream_seed(cfg.seed, Stream.BN_RECALIBRATION),
+        server_set(run.data, "calibration"),
+        run.info,
+        run.training.batch_size,
+        resolve_device(run.training.device),
+        stream_seed(run.training.seed, Stream.BN_RECALIBRATION),
     )
 
 

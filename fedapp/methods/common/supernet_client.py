@@ -11,9 +11,8 @@ from flwr.app import Message, MetricRecord, RecordDict
 from fedapp.methods.common.kept_modules import elastic_network
 from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.models.arch import Arch
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.feast_space import model_space
-from fedapp.run.federated_data import dataset_info
 from fedapp.run.profiles import LocalNode
 from fedapp.training.co_training import CoTrainingPlan, co_training_gradients
 from fedapp.training.train_metrics import train_metrics
@@ -23,7 +22,7 @@ from fedapp.wire.records import load_into, to_record
 
 def train_plan(
     message: Message,
-    cfg: RunConfig,
+    run: RunContext,
     node: LocalNode,
     bounds: Arch,
     plan: CoTrainingPlan,
@@ -33,13 +32,13 @@ def train_plan(
     passes weigh the teacher's KD by ``kd_weight``); the reply holds its whole tensor set, the
     loss, and the compute proxy (3 x forward MACs x examples)."""
     started = time.perf_counter()
-    info = dataset_info(cfg)
-    space = model_space(cfg, info)
+    info = run.info
+    space = model_space(run.feast_space, info)
     model = elastic_network(space.config, bounds)
     load_into(model, message.content[ARRAYS])
-    generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
+    generator, loader, optimizer = local_sgd(model, message, run, node)
     gradients = co_training_gradients(model, plan, generator, kd_weight)
-    stats = train_local_epochs(model, loader, optimizer, gradients, cfg, generator)
+    stats = train_local_epochs(model, loader, optimizer, gradients, run.training, generator)
     seconds = time.perf_counter() - started
     metrics = MetricRecord(
         train_metrics(len(loader.dataset), stats, seconds, stats.forward_macs)

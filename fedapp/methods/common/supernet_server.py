@@ -40,9 +40,9 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.space = model_space(cfg, self.info)
+        self.space = model_space(self.run.feast_space, self.info)
         self.anchors = self.space.anchors(cfg.anchor_variants)
-        self.points = point_evaluator(cfg, self.info)
+        self.points = point_evaluator(self.run)
 
     # ---- budgets ------------------------------------------------------------------------------
     def route_of(self, profile: NodeProfile) -> Route:

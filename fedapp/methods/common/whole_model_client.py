@@ -7,8 +7,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 
 from fedapp.methods.common.local_round import local_sgd
 from fedapp.models.zoo import build_model, forward_macs
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.training.loops import resolve_device, train_supervised
 from fedapp.training.train_metrics import train_metrics
@@ -16,14 +15,16 @@ from fedapp.wire.messages import ARRAYS, METRICS
 from fedapp.wire.records import load_into, to_record
 
 
-def train_named_model(name: str, message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train_named_model(name: str, message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """Local SGD on the received weights of the named model (FedDF: the client's prototype);
     reports the compute proxy (3 x forward MACs x examples trained)."""
-    info = dataset_info(cfg)
+    info = run.info
     model = build_model(name, info)
     load_into(model, message.content[ARRAYS])
-    _, loader, optimizer = local_sgd(model, message, cfg, node, info)
-    stats = train_supervised(model, loader, optimizer, cfg.local_epochs, resolve_device(cfg.device))
+    _, loader, optimizer = local_sgd(model, message, run, node)
+    stats = train_supervised(
+        model, loader, optimizer, run.training.local_epochs, resolve_device(run.training.device)
+    )
     forward = forward_macs(name, info) * stats.examples
     metrics = MetricRecord(train_metrics(len(loader.dataset), stats, stats.seconds, forward))
     return RecordDict({ARRAYS: to_record(model.state_dict()), METRICS: metrics})

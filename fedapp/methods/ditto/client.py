@@ -26,8 +26,7 @@ from fedapp.methods.common.whole_model_client import train_named_model
 from fedapp.methods.ditto.settings import DittoSettings
 from fedapp.models.zoo import build_model
 from fedapp.random_streams import Stream
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.training.loops import (
     TrainStats,
@@ -71,7 +70,7 @@ def train_personal(
     personal: nn.Module,
     global_model: nn.Module,
     loader: torch.utils.data.DataLoader,
-    cfg: RunConfig,
+    run: RunContext,
     lr: float,
     device: torch.device,
 ) -> TrainStats:
@@ -79,24 +78,26 @@ def train_personal(
     model's parameters (``ditto.lambda``)."""
     personal.to(device)
     anchor = [p.detach().to(device).clone() for p in global_model.parameters()]
-    optimizer = sgd(personal, lr, cfg.momentum, cfg.weight_decay)
-    add_proximal_term(optimizer, anchor, cfg.section(DittoSettings).lambda_)
-    return train_supervised(personal, loader, optimizer, cfg.local_epochs, device)
+    optimizer = sgd(personal, lr, run.training.momentum, run.training.weight_decay)
+    add_proximal_term(optimizer, anchor, run.section(DittoSettings).lambda_)
+    return train_supervised(personal, loader, optimizer, run.training.local_epochs, device)
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """FedAvg's local update of the global model, then the personal model's proximal update."""
-    reply = train_named_model(cfg.model, message, cfg, node)
-    info = dataset_info(cfg)
+    reply = train_named_model(run.model, message, run, node)
+    info = run.info
     lr = float(message.content[CONFIG][LEARNING_RATE])
     received = from_record(message.content[ARRAYS])
-    global_model = build_model(cfg.model, info)
+    global_model = build_model(run.model, info)
     load_state(global_model, received)
-    personal = build_model(cfg.model, info)
+    personal = build_model(run.model, info)
     load_state(personal, load_arrays(node.state, PERSONAL_KEY) or received)
-    generator = round_generator(message, cfg, node, Stream.DITTO_PERSONAL)
-    loader = shard_loader(cfg, node, info, generator)
-    stats = train_personal(personal, global_model, loader, cfg, lr, resolve_device(cfg.device))
+    generator = round_generator(message, run, node, Stream.DITTO_PERSONAL)
+    loader = shard_loader(run, node, generator)
+    stats = train_personal(
+        personal, global_model, loader, run, lr, resolve_device(run.training.device)
+    )
     save_arrays(node.state, PERSONAL_KEY, personal.state_dict())
     metrics = reply.metric_records[METRICS]
     metrics["personal-train-loss"] = stats.loss
@@ -106,13 +107,13 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     return reply
 
 
-def evaluate_personal(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def evaluate_personal(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """This node's personal model on the server-held split the message names (a node never
     sampled has none: :func:`no_model_reply`)."""
     kept = load_arrays(node.state, PERSONAL_KEY)
     if kept is None:
         return no_model_reply()
-    info = dataset_info(cfg)
-    model = build_model(cfg.model, info)
+    info = run.info
+    model = build_model(run.model, info)
     load_state(model, kept)
-    return evaluation_reply(model, message, cfg, info)
+    return evaluation_reply(model, message, run, info)

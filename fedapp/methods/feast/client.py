@@ -15,23 +15,22 @@ from fedapp.methods.common.supernet_client import train_plan
 from fedapp.methods.feast.keys import AFFORDABLE, ROUTED
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.routing import envelope
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.feast_space import model_space
-from fedapp.run.federated_data import dataset_info
 from fedapp.run.profiles import LocalNode
 from fedapp.training.co_training import plan_for
 from fedapp.wire.messages import CONFIG
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """One round: rebuild the routed sub-supernet from the payload, co-train, send it back."""
-    space = model_space(cfg, dataset_info(cfg))
+    space = model_space(run.feast_space, run.info)
     config = message.content[CONFIG]
     affordable = [int(i) for i in config[AFFORDABLE]]
-    plan = plan_for(space.cache, affordable, cfg.section(FeastSettings).training_rule)
+    plan = plan_for(space.cache, affordable, run.section(FeastSettings).training_rule)
     bounds = (
         envelope(space.config, [space.cache.variants[i].arch for i in affordable])
         if bool(config[ROUTED])
         else space.config.max_arch()
     )
-    return train_plan(message, cfg, node, bounds, plan, cfg.section(FeastSettings).kd_weight)
+    return train_plan(message, run, node, bounds, plan, run.section(FeastSettings).kd_weight)

@@ -7,11 +7,11 @@ from flwr.app import Message, RecordDict
 
 from fedapp.methods.common.whole_model_client import train_named_model
 from fedapp.methods.feddf.keys import PROTOTYPE
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.wire.messages import CONFIG
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """``local-epochs`` of SGD on the received prototype (with FedAvg's compute proxy)."""
-    return train_named_model(str(message.content[CONFIG][PROTOTYPE]), message, cfg, node)
+    return train_named_model(str(message.content[CONFIG][PROTOTYPE]), message, run, node)

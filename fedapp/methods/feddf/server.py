@@ -43,13 +43,13 @@ from fedapp.methods.common.strategy import (
 from fedapp.methods.feddf.keys import PROTOTYPE
 from fedapp.methods.feddf.settings import FedDFSettings
 from fedapp.models.budgets import BudgetError
-from fedapp.models.families import Candidate, build_candidate, family_candidates, largest_affordable
+from fedapp.models.families import Candidate, build_candidate, largest_affordable
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.config import RunConfig
 from fedapp.run.federated_data import public_images, server_set
 from fedapp.run.profiles import NodeProfile, NodeRegistry
-from fedapp.run.run_models import run_family
+from fedapp.run.run_models import run_candidates
 from fedapp.training.ensemble_distillation import DistillSettings, distil, ensemble_logits
 from fedapp.training.loops import eval_loader, evaluate, seed_local_work
 from fedapp.wire.messages import ACCURACY, LOSS, SELECTION_KEY
@@ -84,10 +84,10 @@ class FedDFStrategy(HeterogeneousStrategy):
 
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
-        self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
-        self.public = public_images(cfg)  # images only: labels withheld
-        self.validation = server_set(cfg, "validation")
-        self.points = point_evaluator(cfg, self.info)
+        self.candidates = run_candidates(self.run.family, self.info)
+        self.public = public_images(self.run.data)  # images only: labels withheld
+        self.validation = server_set(self.run.data, "validation")
+        self.points = point_evaluator(self.run)
         feddf = cfg.section(FedDFSettings)
         self.settings = DistillSettings(
             steps=feddf.distill_steps,

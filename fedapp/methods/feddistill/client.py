@@ -20,8 +20,7 @@ from fedapp.methods.common.local_round import local_sgd, round_generator
 from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
 from fedapp.methods.feddistill.keys import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
 from fedapp.methods.feddistill.settings import FedDistillSettings
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.training.loops import (
     backward,
@@ -73,32 +72,32 @@ class LabelLogits:
         return means.float().numpy(), self.counts.float().numpy()
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """Local epochs on the private shard with the FD loss; upload per-label mean logits."""
     start = time.perf_counter()
-    info = dataset_info(cfg)
-    device = resolve_device(cfg.device)
-    generator = round_generator(message, cfg, node)  # before the model: a new one is seeded
-    model, _ = load_own_model(cfg, node, info)
+    info = run.info
+    device = resolve_device(run.training.device)
+    generator = round_generator(message, run, node)  # before the model: a new one is seeded
+    model, _ = load_own_model(run, node, info)
     received = from_record(message.content[ARRAYS])
     global_logits = torch.as_tensor(received[GLOBAL_LOGITS], device=device)
     present = torch.as_tensor(received[GLOBAL_PRESENT], device=device)
-    _, loader, optimizer = local_sgd(model, message, cfg, node, info, generator=generator)
+    _, loader, optimizer = local_sgd(model, message, run, node, generator=generator)
     recorded = LabelLogits(info.num_classes)
 
     def loss_of(x: torch.Tensor, y: torch.Tensor, _: torch.Tensor, __: float) -> torch.Tensor:
         output = model(x)
         recorded.add(output, y)
         return distillation_loss(
-            output, y, global_logits, present, cfg.section(FedDistillSettings).kd_weight
+            output, y, global_logits, present, run.section(FedDistillSettings).kd_weight
         )
 
     stats = train_epochs(
-        model, loader, optimizer, backward(loss_of), epochs=cfg.local_epochs, device=device
+        model, loader, optimizer, backward(loss_of), epochs=run.training.local_epochs, device=device
     )
     keep_own_model(node, model)
     means, counts = recorded.means()
-    macs = own_candidate(cfg, info, node.budget).macs
+    macs = own_candidate(run, info, node.budget).macs
     metrics = {
         NUM_EXAMPLES: len(loader.dataset),
         TRAIN_LOSS: stats.loss,

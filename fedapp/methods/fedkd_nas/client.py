@@ -59,8 +59,8 @@ from fedapp.methods.fedkd_nas.nas import (
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.families import Candidate, build_candidate, describe
 from fedapp.random_streams import Stream
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info, public_images
+from fedapp.run.context import RunContext
+from fedapp.run.federated_data import public_images
 from fedapp.run.profiles import LocalNode
 from fedapp.training.distillation import endless, kd_loss, predict_logits, target_loader
 from fedapp.training.loops import (
@@ -166,53 +166,53 @@ class RoundTrainer:
 
     def __init__(
         self,
-        cfg: RunConfig,
+        run: RunContext,
         node: LocalNode,
         target: np.ndarray | None,
         server_round: int,
         lr: float,
     ) -> None:
-        self.cfg, self.node, self.target = cfg, node, target
-        self.nas = cfg.section(FedKDNASSettings)
-        self.info = dataset_info(cfg)
+        self.run, self.node, self.target = run, node, target
+        self.nas = run.section(FedKDNASSettings)
+        self.info = run.info
         self.round, self.lr = server_round, lr
-        self.device = resolve_device(cfg.device)
-        self.public = public_images(cfg)
+        self.device = resolve_device(run.training.device)
+        self.public = public_images(run.data)
         self.kd_rows: slice | np.ndarray = slice(None)  # the public images KD trains on
         self.kd_images = self.public
         if self.nas.score_on == "public" and target is not None:
             # the whole shard trains; scores are top-1 agreement with the target on public
             # images that no candidate distils on
             self.kd_rows, scored = public_holdout(
-                len(self.public.labels), self.nas.public_holdout, cfg.seed
+                len(self.public.labels), self.nas.public_holdout, run.training.seed
             )
             self.kd_images = ImageArrays(
                 self.public.images[self.kd_rows], self.public.labels[self.kd_rows]
             )
-            self.train_part = node.shard(cfg)
+            self.train_part = node.shard(run.data)
             self.holdout = ImageArrays(self.public.images[scored], target[scored].argmax(axis=1))
         else:
             self.train_part, self.holdout = holdout_split(
-                node.shard(cfg), self.nas.holdout, cfg.seed, node.partition_id
+                node.shard(run.data), self.nas.holdout, run.training.seed, node.partition_id
             )
 
     def _seeded(self, stream: Stream) -> torch.Generator:
-        return seed_local_work(self.cfg.seed, stream, self.round, self.node.partition_id)
+        return seed_local_work(self.run.training.seed, stream, self.round, self.node.partition_id)
 
     def kd_batches(self, target: np.ndarray, generator: torch.Generator) -> Iterator:
         """Endless shuffled (public image, target row) batches over the images KD may use."""
         loader = target_loader(
-            self.kd_images, target[self.kd_rows], self.info, self.cfg.batch_size, generator
+            self.kd_images, target[self.kd_rows], self.info, self.run.training.batch_size, generator
         )
         return endless(loader)
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        return sgd(model, self.lr, self.cfg.momentum, self.cfg.weight_decay)
+        return sgd(model, self.lr, self.run.training.momentum, self.run.training.weight_decay)
 
     def train(self, candidate: Candidate, warmup_target: np.ndarray | None = None) -> Trained:
         """Build (kept weights when there are), optionally warm up by KD on the public set
         towards ``warmup_target``, then the round's local training and the hold-out score."""
-        cfg = self.cfg
+        run = self.run
         self._seeded(Stream.LOCAL_TRAINING)
         model = build_candidate(candidate.name, self.info)
         kept = warm_start(self.node.state, candidate.name)
@@ -234,17 +234,19 @@ class RoundTrainer:
             )
         # the same batches for every candidate of this round
         generator = self._seeded(Stream.LOCAL_TRAINING)
-        private = train_loader(self.train_part, self.info, cfg.batch_size, generator)
+        private = train_loader(self.train_part, self.info, run.training.batch_size, generator)
         optimizer = self._optimizer(model)
         if self.target is None:
-            stats = train_supervised(model, private, optimizer, cfg.local_epochs, self.device)
+            stats = train_supervised(
+                model, private, optimizer, run.training.local_epochs, self.device
+            )
         else:
             stats, seen = train_with_kd(
                 model,
                 private,
                 self.kd_batches(self.target, generator),
                 optimizer,
-                cfg.local_epochs,
+                run.training.local_epochs,
                 self.device,
                 self.nas.kd_weight,
                 self.nas.kd_temperature,
@@ -271,17 +273,17 @@ class RoundTrainer:
 
 
 def local_round(
-    message: Message, cfg: RunConfig, node: LocalNode, target: np.ndarray | None
+    message: Message, run: RunContext, node: LocalNode, target: np.ndarray | None
 ) -> tuple[nn.Module, dict[str, float | int]]:
     """Train the incumbent (and in a duel round a challenger), settle the student and keep what
     the controller learnt; returns the student and the reply metrics (choice, scores, reason)."""
     instructions = message.content[CONFIG]
     trainer = RoundTrainer(
-        cfg, node, target, int(instructions[SERVER_ROUND]), float(instructions[LEARNING_RATE])
+        run, node, target, int(instructions[SERVER_ROUND]), float(instructions[LEARNING_RATE])
     )
-    nas = cfg.section(FedKDNASSettings)
+    nas = run.section(FedKDNASSettings)
     history = NasHistory.load(node.state)
-    feasible = feasible_candidates(cfg, trainer.info, node.budget)
+    feasible = feasible_candidates(run, trainer.info, node.budget)
     current, reason = incumbent(feasible, history)
     duel = duel_due(history, feasible, nas.duel_every)
     mine = trainer.train(current)
@@ -338,16 +340,18 @@ def local_round(
     return student.model, metrics
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """FedKD-NAS: distil from the broadcast Z~ (none in a teacherless round 1), upload logits."""
     arrays = from_record(message.content[ARRAYS])
-    model, metrics = local_round(message, cfg, node, arrays.get(TARGET))
-    info = dataset_info(cfg)
-    logits = predict_logits(model, public_images(cfg), info, resolve_device(cfg.device))
+    model, metrics = local_round(message, run, node, arrays.get(TARGET))
+    info = run.info
+    logits = predict_logits(
+        model, public_images(run.data), info, resolve_device(run.training.device)
+    )
     return RecordDict({ARRAYS: to_record({LOGITS: logits}), METRICS: MetricRecord(metrics)})
 
 
-def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def evaluate_student(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """Client evaluator: this node's current student (its last choice) on the named split. A
     node that was never sampled has no student and answers with zero examples (the server drops
     it)."""
@@ -355,8 +359,8 @@ def evaluate_student(message: Message, cfg: RunConfig, node: LocalNode) -> Recor
     weights = warm_start(node.state, history.incumbent) if history.incumbent else None
     if weights is None:
         return no_model_reply()
-    info = dataset_info(cfg)
+    info = run.info
     model = build_candidate(history.incumbent, info)
     load_state(model, weights)
-    costs = candidate_costs(describe(history.incumbent, info, cfg.batch_size))
-    return evaluation_reply(model, message, cfg, info, costs)
+    costs = candidate_costs(describe(history.incumbent, info, run.training.batch_size))
+    return evaluation_reply(model, message, run, info, costs)

@@ -44,7 +44,7 @@ from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, affordable
 from fedapp.random_streams import Stream, stream_rng
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.run_models import run_candidates, run_family
 
 BYTES_PER_MB = 2**20
@@ -52,9 +52,9 @@ HISTORY_KEY = "nas-history"
 WEIGHTS_KEY = "nas-weights:"  # + candidate name
 
 
-def memory_budget(cfg: RunConfig) -> float | None:
+def memory_budget(run: RunContext) -> float | None:
     """Training-memory budget in bytes, None when ``fedkd-nas.memory-mb`` is 0 (no limit)."""
-    megabytes = cfg.section(FedKDNASSettings).memory_mb
+    megabytes = run.section(FedKDNASSettings).memory_mb
     return megabytes * BYTES_PER_MB if megabytes > 0 else None
 
 
@@ -116,15 +116,16 @@ class Decision:
     reason: str  # "duel-kept" or "duel-switched"
 
 
-def feasible_candidates(cfg: RunConfig, info: DatasetInfo, budget: float) -> list[Candidate]:
+def feasible_candidates(run: RunContext, info: DatasetInfo, budget: float) -> list[Candidate]:
     """The run family's candidates this client can train; BudgetError when there is none."""
-    candidates = run_candidates(cfg, info)
-    fitting = affordable(candidates, budget, memory_budget(cfg))
+    candidates = run_candidates(run.family, info)
+    fitting = affordable(candidates, budget, memory_budget(run))
     if not fitting:
         cheapest = candidates[0]
         raise BudgetError(
-            f"budget {budget:,.0f} MACs (memory {cfg.section(FedKDNASSettings).memory_mb:g} MB) "
-            f"affords no candidate of {run_family(cfg)}; the cheapest is {cheapest.name} "
+            f"budget {budget:,.0f} MACs (memory {run.section(FedKDNASSettings).memory_mb:g} MB) "
+            f"affords no candidate of {run_family(run.family, info)}; the cheapest is "
+            f"{cheapest.name} "
             f"({cheapest.macs:,} MACs, "
             f"{cheapest.train_memory_bytes / BYTES_PER_MB:.1f} MB)"
         )

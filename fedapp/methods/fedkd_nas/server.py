@@ -53,13 +53,13 @@ from fedapp.methods.fedkd_nas.keys import (
 )
 from fedapp.methods.fedkd_nas.nas import memory_budget
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
-from fedapp.models.families import affordable, family_candidates
+from fedapp.models.families import affordable
 from fedapp.models.zoo import build_model
 from fedapp.random_streams import Stream, stream_rng
 from fedapp.run.config import RunConfig
 from fedapp.run.federated_data import public_images, server_set
 from fedapp.run.profiles import NodeProfile, NodeRegistry
-from fedapp.run.run_models import run_family
+from fedapp.run.run_models import run_candidates
 from fedapp.training.distillation import predict_logits
 from fedapp.training.logit_fusion import aggregate_logits, fuse_with_teacher, smooth
 from fedapp.training.loops import (
@@ -139,8 +139,8 @@ class FedKDNASStrategy(ClientHeldStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(FedKDNASSettings)
-        self.candidates = family_candidates(run_family(cfg), self.info, cfg.batch_size)
-        self.public_labels = server_set(cfg, "public").labels
+        self.candidates = run_candidates(self.run.family, self.info)
+        self.public_labels = server_set(self.run.data, "public").labels
         self.public_shape = (len(self.public_labels), self.info.num_classes)
         self.teachers: list[torch.nn.Module] = []
         self.nas_rows: list[dict[str, Any]] = []
@@ -160,7 +160,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
         return self.settings.teacher_beta > 0
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
-        if affordable(self.candidates, profile.budget, memory_budget(self.cfg)):
+        if affordable(self.candidates, profile.budget, memory_budget(self.run)):
             return None
         return f"budget {profile.budget:.0f} MACs affords no candidate within the memory budget"
 
@@ -179,13 +179,13 @@ class FedKDNASStrategy(ClientHeldStrategy):
         it) and Z~(0) = P_T."""
         if not self.uses_teacher:
             return {}
-        public = server_set(self.cfg, "public")
+        public = server_set(self.run.data, "public")
         logits = np.zeros(self.public_shape, np.float32)
         self.teachers = []
         folds = teacher_folds(len(public.labels), self.settings.teacher_folds, self.cfg.seed)
         for fold, (trained_on, labelled) in enumerate(folds):
             teacher = self._train_teacher(_subset(public, trained_on), fold)
-            images = _subset(public_images(self.cfg), labelled)
+            images = _subset(public_images(self.run.data), labelled)
             logits[labelled] = predict_logits(teacher, images, self.info, self.device)
             self.teachers.append(teacher)
         return {TEACHER: logits, TARGET: logits.copy()}

@@ -14,7 +14,8 @@ round r+1 communicates.
 Labeled public data is FedMD's documented exception in this project: elsewhere clients see only
 the public images (``fedapp.run.federated_data.public_images``), but FedMD's protocol gives
 every party the labeled public set for its transfer-learning step, so its clients derive
-``server_set(cfg, 'public')`` with labels. The labels also make the alignment subsets stratified.
+``server_set(run.data, 'public')`` with labels. The labels also make the alignment subsets
+stratified.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_
 from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
 from fedapp.methods.fedmd.settings import FedMDSettings
 from fedapp.random_streams import Stream, stream_rng
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info, server_set
+from fedapp.run.context import RunContext
+from fedapp.run.federated_data import server_set
 from fedapp.run.profiles import LocalNode
 from fedapp.training.distillation import predict_logits, target_loader
 from fedapp.training.loops import (
@@ -84,11 +85,11 @@ def alignment_indices(labels: np.ndarray, size: int, seed: int, server_round: in
     return np.sort(np.concatenate(chosen))
 
 
-def alignment_set(cfg: RunConfig, server_round: int) -> ImageArrays:
+def alignment_set(run: RunContext, server_round: int) -> ImageArrays:
     """Round ``server_round``'s alignment subset of the public set (labels kept, unused)."""
-    public = server_set(cfg, "public")
+    public = server_set(run.data, "public")
     index = alignment_indices(
-        public.labels, cfg.section(FedMDSettings).alignment_size, cfg.seed, server_round
+        public.labels, run.section(FedMDSettings).alignment_size, run.training.seed, server_round
     )
     return ImageArrays(public.images[index], public.labels[index])
 
@@ -114,19 +115,19 @@ def adam(model: nn.Module) -> torch.optim.Adam:
     return torch.optim.Adam(model.parameters(), lr=ADAM_LR)
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """One FedMD round of this client (see the module docstring for the order of steps)."""
     start = time.perf_counter()
-    info = dataset_info(cfg)
-    device = resolve_device(cfg.device)
+    info = run.info
+    device = resolve_device(run.training.device)
     server_round = int(message.content[CONFIG][SERVER_ROUND])
-    generator = round_generator(message, cfg, node)  # before the model: a new one is seeded
-    fedmd = cfg.section(FedMDSettings)
-    model, fresh = load_own_model(cfg, node, info)
-    private = shard_loader(cfg, node, info, generator)
+    generator = round_generator(message, run, node)  # before the model: a new one is seeded
+    fedmd = run.section(FedMDSettings)
+    model, fresh = load_own_model(run, node, info)
+    private = shard_loader(run, node, generator)
     trained, private_loss = 0, float("nan")
     if fresh:  # transfer learning: labeled public set, then private data
-        public = train_loader(server_set(cfg, "public"), info, PUBLIC_BATCH_SIZE, generator)
+        public = train_loader(server_set(run.data, "public"), info, PUBLIC_BATCH_SIZE, generator)
         stats = train_supervised(model, public, adam(model), fedmd.pretrain_public_epochs, device)
         trained += stats.examples
         stats = train_supervised(model, private, adam(model), fedmd.pretrain_private_epochs, device)
@@ -135,7 +136,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
     consensus_round = int(received[CONSENSUS_ROUND])
     if consensus_round > 0:
         targets = target_loader(
-            alignment_set(cfg, consensus_round),
+            alignment_set(run, consensus_round),
             received[CONSENSUS],
             info,
             DIGEST_BATCH_SIZE,
@@ -144,9 +145,9 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
         trained += digest(model, targets, adam(model), fedmd.digest_epochs, device)
         stats = train_supervised(model, private, adam(model), fedmd.revisit_epochs, device)
         trained, private_loss = trained + stats.examples, stats.loss
-    uploaded = predict_logits(model, alignment_set(cfg, server_round), info, device)
+    uploaded = predict_logits(model, alignment_set(run, server_round), info, device)
     keep_own_model(node, model)
-    macs = own_candidate(cfg, info, node.budget).macs
+    macs = own_candidate(run, info, node.budget).macs
     metrics = {
         NUM_EXAMPLES: len(private.dataset),
         TRAIN_SECONDS: time.perf_counter() - start,

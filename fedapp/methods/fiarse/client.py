@@ -22,8 +22,7 @@ from fedapp.data.transforms import mixed_cross_entropy
 from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.methods.fiarse.keys import MASK_MACS, THRESHOLDS
 from fedapp.models.masks import full_model, masked_names, masked_parameters
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.run.run_models import substrate_config
 from fedapp.training.loops import backward
@@ -32,25 +31,25 @@ from fedapp.wire.messages import ARRAYS, CONFIG, METRICS
 from fedapp.wire.records import load_into, to_record
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """One round of masked local SGD; the reply is the change of every state entry."""
     started = time.perf_counter()
-    info = dataset_info(cfg)
+    info = run.info
     config = message.content[CONFIG]
-    model = full_model(substrate_config(cfg, info))
+    model = full_model(substrate_config(run.substrate, info))
     load_into(model, message.content[ARRAYS])
     start = {k: v.clone() for k, v in model.state_dict().items()}
     names = masked_names(model)
     thresholds = dict(zip(names, (float(t) for t in config[THRESHOLDS]), strict=True))
     # No weight decay: it would move masked values, which must stay bit-identical.
-    generator, loader, optimizer = local_sgd(model, message, cfg, node, info, weight_decay=0.0)
+    generator, loader, optimizer = local_sgd(model, message, run, node, weight_decay=0.0)
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         logits = functional_call(model, masked_parameters(model, names, thresholds), (x,))
         return mixed_cross_entropy(logits, y_a, y_b, lam)
 
     stats = train_local_epochs(
-        model, loader, optimizer, backward(loss_of), cfg, generator, clip=False
+        model, loader, optimizer, backward(loss_of), run.training, generator, clip=False
     )
     delta = {k: v.cpu() - start[k] for k, v in model.state_dict().items()}
     seconds = time.perf_counter() - started

@@ -90,8 +90,8 @@ class FiarseStrategy(HeterogeneousStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(FiarseSettings)
-        self.config = substrate_config(cfg, self.info)
-        self.points = point_evaluator(cfg, self.info)
+        self.config = substrate_config(self.run.substrate, self.info)
+        self.points = point_evaluator(self.run)
         probe = full_model(self.config)
         size = self.info.image_size
         self.masked = masked_names(probe)

@@ -20,8 +20,7 @@ from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
 from fedapp.models.counter import count
 from fedapp.models.substrate import width_arch
 from fedapp.models.width_scaling import width_model
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.run.run_models import substrate_config
 from fedapp.training.loops import backward
@@ -43,24 +42,24 @@ def masked_logits(logits: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
     return logits.masked_fill(~present.to(logits.device), 0.0)
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """One round of local SGD on the node's width, then the weights and the class mask back."""
     started = time.perf_counter()
-    info = dataset_info(cfg)
-    config = substrate_config(cfg, info)
+    info = run.info
+    config = substrate_config(run.substrate, info)
     settings = message.content[CONFIG]
     rate = float(settings[WIDTH_KEY])
     model = width_model(config, rate)
     load_into(model, message.content[ARRAYS])
-    present = class_mask(node.shard(cfg).labels, info.num_classes)
-    generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
+    present = class_mask(node.shard(run.data).labels, info.num_classes)
+    generator, loader, optimizer = local_sgd(model, message, run, node)
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         return mixed_cross_entropy(masked_logits(model(x), present), y_a, y_b, lam)
 
     # static BN cannot normalise a lone example by its batch statistics
     stats = train_local_epochs(
-        model, loader, optimizer, backward(loss_of), cfg, generator, min_batch=2
+        model, loader, optimizer, backward(loss_of), run.training, generator, min_batch=2
     )
     macs = count(config, width_arch(config, rate)).macs
     seconds = time.perf_counter() - started

@@ -60,12 +60,12 @@ class HeteroFLStrategy(HeterogeneousStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(HeteroFLSettings)
-        self.config = substrate_config(cfg, self.info)
+        self.config = substrate_config(self.run.substrate, self.info)
         self.costs: dict[float, Cost] = {
             rate: count(self.config, width_arch(self.config, rate)) for rate in WIDTHS
         }
         self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
-        self.points = point_evaluator(cfg, self.info)
+        self.points = point_evaluator(self.run)
         self.server_round = 0  # the round being configured: dynamic widths depend on it
 
     def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:

@@ -16,18 +16,17 @@ from fedapp.methods.maxnet.keys import SUBNET
 from fedapp.models.arch import parse_arch
 from fedapp.models.cache import Variant
 from fedapp.models.counter import count
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.feast_space import model_space
-from fedapp.run.federated_data import dataset_info
 from fedapp.run.profiles import LocalNode
 from fedapp.training.co_training import CoTrainingPlan
 from fedapp.wire.messages import CONFIG
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """One round of plain CE on the assigned subnet; the reply holds all its tensors."""
-    space = model_space(cfg, dataset_info(cfg))
+    space = model_space(run.feast_space, run.info)
     arch = space.config.validate(parse_arch(str(message.content[CONFIG][SUBNET])))
     cost = count(space.config, arch)
     plan = CoTrainingPlan.single(Variant(arch, cost.macs, cost.params))
-    return train_plan(message, cfg, node, arch, plan, kd_weight=0.0)
+    return train_plan(message, run, node, arch, plan, kd_weight=0.0)

@@ -24,8 +24,7 @@ from fedapp.methods.common.local_round import local_sgd, train_local_epochs
 from fedapp.methods.scalefl.keys import LEVEL
 from fedapp.methods.scalefl.settings import ScaleFLSettings
 from fedapp.models.early_exits import level_costs, level_model
-from fedapp.run.config import RunConfig
-from fedapp.run.federated_data import dataset_info
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from fedapp.run.run_models import substrate_config
 from fedapp.training.loops import backward
@@ -72,20 +71,20 @@ def self_distillation_loss(
     return total / (depth * (depth + 1) / 2)
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     """One round: rebuild the level sent, train every exit, send the level back."""
     started = time.perf_counter()
-    info = dataset_info(cfg)
+    info = run.info
     config = message.content[CONFIG]
     level = int(config[LEVEL])
-    substrate = substrate_config(cfg, info)
-    scalefl = cfg.section(ScaleFLSettings)
+    substrate = substrate_config(run.substrate, info)
+    scalefl = run.section(ScaleFLSettings)
     model = level_model(substrate, level, scalefl.exit_convs)
     load_into(model, message.content[ARRAYS])
-    generator, loader, optimizer = local_sgd(model, message, cfg, node, info)
+    generator, loader, optimizer = local_sgd(model, message, run, node)
     server_round = int(config[SERVER_ROUND])
     form = scalefl.kd_form
-    gamma = scalefl.kd_weight if kd_active(server_round, cfg.num_server_rounds, form) else 0.0
+    gamma = scalefl.kd_weight if kd_active(server_round, run.num_server_rounds, form) else 0.0
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         outputs = model.exit_logits(x)
@@ -93,7 +92,7 @@ def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
             outputs, y_a, y_b, lam, gamma=gamma, temperature=scalefl.kd_temperature, form=form
         )
 
-    stats = train_local_epochs(model, loader, optimizer, backward(loss_of), cfg, generator)
+    stats = train_local_epochs(model, loader, optimizer, backward(loss_of), run.training, generator)
     level_macs = level_costs(substrate, scalefl.exit_convs)[level].macs
     seconds = time.perf_counter() - started
     metrics = MetricRecord(

@@ -53,9 +53,9 @@ class ScaleFLStrategy(HeterogeneousStrategy):
     def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
         super().__init__(cfg, nodes)
         self.settings = cfg.section(ScaleFLSettings)
-        self.substrate = substrate_config(cfg, self.info)
+        self.substrate = substrate_config(self.run.substrate, self.info)
         self.costs = level_costs(self.substrate, self.settings.exit_convs)
-        self.points = point_evaluator(cfg, self.info)
+        self.points = point_evaluator(self.run)
         below = self.clients_below_smallest_level()
         log(
             INFO,

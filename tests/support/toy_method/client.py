@@ -7,11 +7,12 @@ from dataclasses import replace as with_changes
 from flwr.app import Message, RecordDict
 
 from fedapp.methods.common.whole_model_client import train_named_model
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import LocalNode
 from toy_method.settings import ToySettings
 
 
-def train(message: Message, cfg: RunConfig, node: LocalNode) -> RecordDict:
-    epochs = cfg.section(ToySettings).client_epochs
-    return train_named_model(cfg.model, message, with_changes(cfg, local_epochs=epochs), node)
+def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
+    epochs = run.section(ToySettings).client_epochs
+    training = with_changes(run.training, local_epochs=epochs)
+    return train_named_model(run.model, message, with_changes(run, training=training), node)

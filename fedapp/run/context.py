@@ -1,0 +1,106 @@
+"""What a run shares, built once per process from its config (:func:`run_context`).
+
+Each piece is a frozen dataclass of only the run-config keys that shape it, filled from the config
+by field name (:func:`_piece`). A function given a piece cannot read any other key, so a cache
+keyed on a piece is keyed on exactly what it reads, with no list of keys to keep by hand. Trainers
+receive the context and their method's settings; the whole config stays with the apps and the
+strategies, which place, schedule and resume runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Any, TypeVar
+
+from fedapp.data.registry import DatasetInfo
+from fedapp.method_table import settings_class
+from fedapp.run.config import RunConfig
+from fedapp.run.federated_data import dataset_info
+from fedapp.run.pieces import (
+    BudgetDraw,
+    CandidateFamily,
+    DataLayout,
+    DataSource,
+    FeastSpaceSpec,
+    LocalTraining,
+)
+from fedapp.sections import Section
+
+P = TypeVar("P")
+S = TypeVar("S", bound=Section)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """The run as a trainer sees it: the data layout, local training, the model spaces the
+    methods build from, and the running method's own settings."""
+
+    strategy: str
+    num_server_rounds: int  # the run's length (ScaleFL's clients schedule their KD by it)
+    data: DataLayout
+    training: LocalTraining
+    feast_space: FeastSpaceSpec  # FEAST and the SuperFedNAS/DeepFedNAS transfers
+    family: CandidateFamily  # the logit-exchange methods' candidates
+    substrate: str  # the ResNet18 substrate of HeteroFL, ScaleFL and FIARSE
+    model: str  # the whole model of FedAvg, Ditto and FedDF's prototypes
+    settings: Section | None
+
+    @property
+    def info(self) -> DatasetInfo:
+        """The data set's facts (those the server sent, where a node adopted them)."""
+        return dataset_info(self.data.source)
+
+    def section(self, kind: type[S]) -> S:
+        """The running method's settings, as the method's own section class."""
+        if type(self.settings) is not kind:
+            raise LookupError(f"strategy {self.strategy!r} does not read the section {kind.name!r}")
+        return self.settings
+
+
+def _piece(kind: type[P], cfg: RunConfig, **given: Any) -> P:
+    """A piece filled from the run config by its field names (``given`` for the others)."""
+    return kind(
+        **{f.name: getattr(cfg, f.name) for f in fields(kind) if f.name not in given}, **given
+    )
+
+
+@lru_cache(maxsize=4)
+def run_context(cfg: RunConfig) -> RunContext:
+    """The run's context, once per config and process."""
+    kind = settings_class(cfg.strategy)
+    return RunContext(
+        strategy=cfg.strategy,
+        num_server_rounds=cfg.num_server_rounds,
+        data=data_layout(cfg),
+        training=_piece(LocalTraining, cfg),
+        feast_space=_piece(FeastSpaceSpec, cfg),
+        family=_piece(CandidateFamily, cfg),
+        substrate=cfg.substrate,
+        model=cfg.model,
+        settings=None if kind is None else cfg.section(kind),
+    )
+
+
+@lru_cache(maxsize=4)
+def data_layout(cfg: RunConfig) -> DataLayout:
+    """The run's data layout; under ``budget-rng = "authors"`` its budgets floor at the FEAST
+    variant cache's smallest variant for the data set (the FEAST authors' budget population,
+    shared by every method of a comparison), the only case that loads FEAST's model space."""
+    source = data_source(cfg)
+    floor = 0.0
+    if cfg.budget_rng == "authors":  # the only runs that load FEAST's model space for it
+        from fedapp.run.feast_space import smallest_variant_macs
+
+        floor = float(smallest_variant_macs(cfg.supernet, cfg.variant_cache, dataset_info(source)))
+    return _piece(DataLayout, cfg, source=source, budgets=budget_draw(cfg, floor))
+
+
+def budget_draw(cfg: RunConfig, floor: float) -> BudgetDraw:
+    """The run's budget draw, raised to ``floor``."""
+    return _piece(BudgetDraw, cfg, floor=floor)
+
+
+def data_source(cfg: RunConfig) -> DataSource:
+    """Where the run's data set comes from."""
+    return _piece(DataSource, cfg)

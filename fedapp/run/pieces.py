@@ -1,0 +1,90 @@
+"""The pieces of a run's context: each a frozen set of the run-config keys that shape one shared
+thing, named as the config names them (fedapp.run.context fills them from the config by field
+name). A function given a piece can read nothing else, so a cache keyed on it is keyed on exactly
+what it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """Where the run's data set comes from: its name and, for file-backed sets, its path."""
+
+    dataset: str
+    data_dir: str
+
+
+@dataclass(frozen=True)
+class BudgetDraw:
+    """Every client's compute budget (MACs): a seeded Zipf draw over ``budget_min`` to
+    ``budget_max``, each raised to ``floor`` (0, or under ``budget_rng = "authors"`` the FEAST
+    variant cache's smallest variant, as the FEAST authors' server does: their draw starts at the
+    CSV's 10-class minimum, just below the recount)."""
+
+    num_clients: int
+    budget_min: float
+    budget_max: float
+    zipf_s: float
+    seed: int
+    budget_rng: str
+    floor: float
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """Everything that decides who holds which examples, and nothing else: server and clients
+    cut the same splits from it, and the caches below are keyed on it (a key that shapes the split
+    is a field here, so it cannot be left out of a cache's key)."""
+
+    source: DataSource
+    seed: int
+    num_clients: int
+    partitioner: str
+    dirichlet_alpha: float
+    shards_per_client: int
+    calibration_size: int
+    validation_size: int
+    public_size: int
+    test_size: int
+    client_pool_size: int
+    gamma: float
+    allocation_cap: float
+    budgets: BudgetDraw
+
+
+@dataclass(frozen=True)
+class FeastSpaceSpec:
+    """The run-config keys that choose and check the FEAST model space: the supernet, its cache,
+    the anchors validated each evaluation round, and the budget range it must afford."""
+
+    supernet: str
+    variant_cache: str
+    anchor_variants: str
+    budget_min: float
+    budget_rng: str
+
+
+@dataclass(frozen=True)
+class CandidateFamily:
+    """The run-config keys that choose the logit-exchange methods' candidates."""
+
+    nas_family: str
+    dataset: str
+    batch_size: int  # a candidate's memory is counted at the run's batch size
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """The run's local-training settings: what every trainer's set-up and epochs read."""
+
+    seed: int  # with the round and the partition id, it seeds the node's work
+    local_epochs: int
+    batch_size: int
+    momentum: float
+    weight_decay: float
+    device: str
+    grad_clip: float
+    mix_batches: bool
