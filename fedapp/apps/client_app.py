@@ -17,8 +17,9 @@ from fedapp.method_table import NoClientEvaluator, client_evaluator, client_trai
 from fedapp.methods.common.metering import ResourceMeter
 from fedapp.methods.common.state_store import StateStore
 from fedapp.run.config import ConfigError, RunConfig, parse_run_config
-from fedapp.run.context import data_source, run_context
+from fedapp.run.context import piece, run_context
 from fedapp.run.federated_data import adopt_data_facts
+from fedapp.run.pieces import DataSource
 from fedapp.run.profiles import local_node, local_profile
 from fedapp.wire.messages import CONFIG, DATA_FACTS, METRICS, PROFILE, SERVER_ROUND
 
@@ -35,7 +36,7 @@ def _config(context: Context, message: Message) -> RunConfig:
     set before any work (see ``_pin_torch_threads``)."""
     cfg = parse_run_config(context.run_config)
     if DATA_FACTS in message.content.config_records:
-        adopt_data_facts(data_source(cfg), message.content.config_records[DATA_FACTS])
+        adopt_data_facts(piece(DataSource, cfg), message.content.config_records[DATA_FACTS])
     _pin_torch_threads(cfg)
     return cfg
 

@@ -27,6 +27,7 @@ from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.budgets import RNG_KINDS
 from fedapp.partitions.factory import PARTITIONER_NAMES
+from fedapp.run.pieces import cohort_size
 from fedapp.sections import (
     Section,
     at_least,
@@ -127,7 +128,7 @@ class RunConfig:
     @property
     def cohort_size(self) -> int:
         """Clients sampled per round: Flower's rule, max(min-train, fraction of the population)."""
-        return max(self.min_train_clients, int(self.fraction_train * self.num_clients))
+        return cohort_size(self.min_train_clients, self.fraction_train, self.num_clients)
 
     def section(self, kind: type[S]) -> S:
         """The run's values of one method's settings (``cfg.section(FiarseSettings)``)."""

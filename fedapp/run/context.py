@@ -1,10 +1,10 @@
 """What a run shares, built once per process from its config (:func:`run_context`).
 
 Each piece is a frozen dataclass of only the run-config keys that shape it, filled from the config
-by field name (:func:`_piece`). A function given a piece cannot read any other key, so a cache
-keyed on a piece is keyed on exactly what it reads, with no list of keys to keep by hand. Trainers
-receive the context and their method's settings; the whole config stays with the apps and the
-strategies, which place, schedule and resume runs.
+by field name (:func:`piece`). A function given a piece cannot read any other key, so a cache
+keyed on a piece is keyed on exactly what it reads, with no list of keys to keep by hand. Both
+halves of a method receive the context (their own settings in it); the whole config stays with the
+apps, which parse it, place the run's files and resume runs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from fedapp.run.pieces import (
     DataSource,
     FeastSpaceSpec,
     LocalTraining,
+    RoundPlan,
 )
 from fedapp.sections import Section
 
@@ -33,11 +34,11 @@ S = TypeVar("S", bound=Section)
 
 @dataclass(frozen=True)
 class RunContext:
-    """The run as a trainer sees it: the data layout, local training, the model spaces the
-    methods build from, and the running method's own settings."""
+    """The run as a method sees it: the rounds' plan, the data layout, local training, the model
+    spaces the methods build from, and the running method's own settings."""
 
     strategy: str
-    num_server_rounds: int  # the run's length (ScaleFL's clients schedule their KD by it)
+    rounds: RoundPlan  # the server's schedule (ScaleFL's clients also time their KD by it)
     data: DataLayout
     training: LocalTraining
     feast_space: FeastSpaceSpec  # FEAST and the SuperFedNAS/DeepFedNAS transfers
@@ -58,8 +59,9 @@ class RunContext:
         return self.settings
 
 
-def _piece(kind: type[P], cfg: RunConfig, **given: Any) -> P:
-    """A piece filled from the run config by its field names (``given`` for the others)."""
+def piece(kind: type[P], cfg: RunConfig, **given: Any) -> P:
+    """A piece filled from the run config by its field names (``given`` for the others, such as
+    the budget floor, which is derived)."""
     return kind(
         **{f.name: getattr(cfg, f.name) for f in fields(kind) if f.name not in given}, **given
     )
@@ -71,11 +73,11 @@ def run_context(cfg: RunConfig) -> RunContext:
     kind = settings_class(cfg.strategy)
     return RunContext(
         strategy=cfg.strategy,
-        num_server_rounds=cfg.num_server_rounds,
+        rounds=piece(RoundPlan, cfg),
         data=data_layout(cfg),
-        training=_piece(LocalTraining, cfg),
-        feast_space=_piece(FeastSpaceSpec, cfg),
-        family=_piece(CandidateFamily, cfg),
+        training=piece(LocalTraining, cfg),
+        feast_space=piece(FeastSpaceSpec, cfg),
+        family=piece(CandidateFamily, cfg),
         substrate=cfg.substrate,
         model=cfg.model,
         settings=None if kind is None else cfg.section(kind),
@@ -87,20 +89,10 @@ def data_layout(cfg: RunConfig) -> DataLayout:
     """The run's data layout; under ``budget-rng = "authors"`` its budgets floor at the FEAST
     variant cache's smallest variant for the data set (the FEAST authors' budget population,
     shared by every method of a comparison), the only case that loads FEAST's model space."""
-    source = data_source(cfg)
+    source = piece(DataSource, cfg)
     floor = 0.0
     if cfg.budget_rng == "authors":  # the only runs that load FEAST's model space for it
         from fedapp.run.feast_space import smallest_variant_macs
 
         floor = float(smallest_variant_macs(cfg.supernet, cfg.variant_cache, dataset_info(source)))
-    return _piece(DataLayout, cfg, source=source, budgets=budget_draw(cfg, floor))
-
-
-def budget_draw(cfg: RunConfig, floor: float) -> BudgetDraw:
-    """The run's budget draw, raised to ``floor``."""
-    return _piece(BudgetDraw, cfg, floor=floor)
-
-
-def data_source(cfg: RunConfig) -> DataSource:
-    """Where the run's data set comes from."""
-    return _piece(DataSource, cfg)
+    return piece(DataLayout, cfg, source=source, budgets=piece(BudgetDraw, cfg, floor=floor))

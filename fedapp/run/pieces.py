@@ -65,6 +65,7 @@ class FeastSpaceSpec:
     anchor_variants: str
     budget_min: float
     budget_rng: str
+    routing: bool  # FEAST sends each client its routed slice, not the whole supernet
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,30 @@ class LocalTraining:
     device: str
     grad_clip: float
     mix_batches: bool
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What the server's rounds follow: their number, the seeded cohorts, the wait for replies,
+    the cap on one node's aggregation weight and the learning-rate schedule."""
+
+    num_server_rounds: int
+    num_clients: int
+    fraction_train: float
+    min_train_clients: int
+    cohort_rng: str
+    seed: int
+    round_timeout: float
+    max_weight_share: float
+    learning_rate: float
+    lr_schedule: str
+
+    @property
+    def cohort_size(self) -> int:
+        """Clients sampled per round: Flower's rule, max(min-train, fraction of the population)."""
+        return cohort_size(self.min_train_clients, self.fraction_train, self.num_clients)
+
+
+def cohort_size(min_train_clients: int, fraction_train: float, num_clients: int) -> int:
+    """Flower's cohort rule: max(min-train-clients, fraction-train x num-clients, floored)."""
+    return max(min_train_clients, int(fraction_train * num_clients))

@@ -31,9 +31,10 @@ from fedapp.models.cache import load_cache
 from fedapp.models.counter import count
 from fedapp.partitions.cohorts import cohort_indices
 from fedapp.run.config import ConfigError, RunConfig, fused_run_config, parse_run_config
-from fedapp.run.context import budget_draw
+from fedapp.run.context import piece
 from fedapp.run.feast_space import ModelSpace
 from fedapp.run.federated_data import client_budgets
+from fedapp.run.pieces import BudgetDraw
 from fedapp.training.co_training import plan_for
 
 APP_DIR = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def budget_plan(cfg: RunConfig) -> BudgetPlan:
     cache = load_cache(cfg.variant_cache, config=config)
     space = ModelSpace(config, cache, count(config, config.max_arch()).params)
     floor = float(cache.min_macs) if cfg.budget_rng == "authors" else 0.0
-    budgets = client_budgets(budget_draw(cfg, floor))
+    budgets = client_budgets(piece(BudgetDraw, cfg, floor=floor))
     if budgets.min() < cache.min_macs:
         raise ConfigError(
             f"run config 'budget-min' = {cfg.budget_min:,.0f} MACs is below the smallest variant "

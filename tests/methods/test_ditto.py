@@ -40,7 +40,9 @@ DITTO_DIGITS = preset_overrides("fedavg-digits") | {
 def test_one_proximal_step_equals_the_formula() -> None:
     # v = 0, so the logits are 0 and softmax is uniform: grad F(0) is known in closed form
     cfg = parse_run_config(
-        run_config(momentum=0.0, weight_decay=0.0, local_epochs=1, ditto__lambda=0.5)
+        run_config(
+            strategy="ditto", momentum=0.0, weight_decay=0.0, local_epochs=1, ditto__lambda=0.5
+        )
     )
     x = torch.tensor([[1.0, 2.0, 0.0, -1.0], [0.5, 0.0, 1.0, 2.0]])
     y = torch.tensor([0, 2])
@@ -52,7 +54,12 @@ def test_one_proximal_step_equals_the_formula() -> None:
     lr = 0.1
 
     ditto.train_personal(
-        personal, global_model, DataLoader(TensorDataset(x, y), batch_size=2), cfg, lr, CPU
+        personal,
+        global_model,
+        DataLoader(TensorDataset(x, y), batch_size=2),
+        run_context(cfg),
+        lr,
+        CPU,
     )
 
     residual = torch.full((2, 3), 1 / 3) - nn.functional.one_hot(y, 3)  # softmax - one-hot

@@ -127,7 +127,7 @@ def test_kd_steps_per_epoch_do_not_depend_on_the_shard_size() -> None:
 
 # ---- NAS controller ------------------------------------------------------------------------
 def _cfg(**overrides):
-    return parse_run_config(run_config(**(FAST | overrides)))
+    return parse_run_config(run_config(**(FAST | {"strategy": "fedkd-nas"} | overrides)))
 
 
 def test_feasible_set_respects_mac_and_memory_budgets() -> None:
@@ -375,7 +375,7 @@ def test_the_teacher_never_labels_an_image_it_was_trained_on() -> None:
     agreement = {}
     for folds in (1, 2):
         cfg = _cfg(strategy="fedkd-nas", fedkd_nas__teacher_folds=folds)
-        strategy = FedKDNASStrategy(cfg, NodeRegistry(cfg.num_clients))
+        strategy = FedKDNASStrategy(run_context(cfg), NodeRegistry(cfg.num_clients))
         p_t = strategy.initial_state()["teacher"]
         agreement[folds] = float(np.mean(p_t.argmax(axis=1) == strategy.public_labels))
         assert len(strategy.teachers) == folds

@@ -32,8 +32,9 @@ from fedapp.models.masks import (
     value_costs,
 )
 from fedapp.run.config import ConfigError, RunConfig, parse_run_config
-from fedapp.run.context import budget_draw, data_layout
+from fedapp.run.context import data_layout, piece
 from fedapp.run.federated_data import client_budgets, population
+from fedapp.run.pieces import BudgetDraw
 from fedapp.run.run_models import substrate_config
 from fedapp.tools.compare import load_comparison
 from fedapp.wire.records import from_record
@@ -323,7 +324,7 @@ def test_the_classifier_keeps_weights_at_the_smallest_budget_of_every_preset(pre
     info = DatasetInfo(cfg.dataset, classes, channels, size, (0.0,), (1.0,), "none", True)
     # the raw Zipf draw: at most the run's smallest budget (the authors' population raises low
     # budgets to the cache's minimum, which needs the data set; CIFAR-100 is not here)
-    smallest = float(min(client_budgets(budget_draw(cfg, 0.0))))
+    smallest = float(min(client_budgets(piece(BudgetDraw, cfg, floor=0.0))))
     for init in ("fedapp", "pytorch-default"):
         model = full_model(substrate_config(cfg.substrate, info), seed=cfg.seed)
         if init == "pytorch-default":

@@ -22,6 +22,7 @@ from fedapp.models.arch import load_supernet
 from fedapp.models.slicing import leading_slice
 from fedapp.models.width_scaling import WIDTHS, attach_scaler, width_model
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import run_context
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.wire.messages import NUM_EXAMPLES
 from fedapp.wire.records import from_record, to_record
@@ -45,7 +46,7 @@ DIGITS_HETEROFL = {
 @pytest.fixture(scope="module")
 def strategy() -> HeteroFLStrategy:
     cfg = parse_run_config(run_config(**DIGITS_HETEROFL, num_clients=4))
-    return HeteroFLStrategy(cfg, NodeRegistry(cfg.num_clients))
+    return HeteroFLStrategy(run_context(cfg), NodeRegistry(cfg.num_clients))
 
 
 def _profile(budget: float, partition: int = 0) -> NodeProfile:

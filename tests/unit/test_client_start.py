@@ -19,7 +19,7 @@ from local_grid import preset_overrides, run_config
 
 from fedapp.data import registry
 from fedapp.run.config import parse_run_config
-from fedapp.run.context import data_layout, data_source
+from fedapp.run.context import data_layout, piece
 from fedapp.run.federated_data import (
     _cached_shard,
     adopt_data_facts,
@@ -29,6 +29,7 @@ from fedapp.run.federated_data import (
     population,
     shard_cache_path,
 )
+from fedapp.run.pieces import DataSource
 
 HEAVY = ("datasets", "flwr_datasets", "torchvision", "matplotlib", "sklearn", "mlxtend")
 REPO = Path(__file__).resolve().parents[2]
@@ -74,18 +75,20 @@ def test_a_cached_shard_is_read_back_without_loading_the_data_set(tmp_path: Path
 
 def test_a_device_with_its_own_data_never_loads_the_run_data_set(tmp_path: Path) -> None:
     cfg = _cfg(tmp_path)
-    facts = data_facts(dataset_info(data_source(cfg)))  # what the server sends with QUERY and TRAIN
+    facts = data_facts(
+        dataset_info(piece(DataSource, cfg))
+    )  # what the server sends with QUERY and TRAIN
     digits = registry.load_dataset("digits").train
     own = tmp_path / "own.npz"
     np.savez(own, x_train=digits.images[:40, 0], y_train=digits.labels[:40])
 
     population.cache_clear()
     registry._load_cached.cache_clear()
-    adopt_data_facts(data_source(cfg), facts)
+    adopt_data_facts(piece(DataSource, cfg), facts)
     shard = client_shard(data_layout(cfg), 0, str(own))
     assert len(shard.labels) == 40
     assert registry._load_cached.cache_info().currsize == 1  # the device's own file, nothing else
     assert population.cache_info().misses == 0
     assert (
-        dataset_info(data_source(cfg)) == population(data_layout(cfg)).info
+        dataset_info(piece(DataSource, cfg)) == population(data_layout(cfg)).info
     )  # the facts sent are the data set's

@@ -9,7 +9,8 @@ from flwr.common.config import flatten_dict
 from local_grid import APP_DIR, run_config
 
 from fedapp.run.config import fused_run_config, parse_run_config
-from fedapp.run.context import run_context
+from fedapp.run.context import piece
+from fedapp.run.pieces import FeastSpaceSpec
 
 PRESETS = sorted((APP_DIR / "conf").glob("*.toml"))
 
@@ -45,7 +46,7 @@ def test_gpu_feast_presets_afford_their_cache(name) -> None:
     cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in overrides.items()}))
     classes, channels, size = HUB_SHAPES[cfg.dataset]
     info = DatasetInfo(cfg.dataset, classes, channels, size, (0.5,) * 3, (0.25,) * 3, "cifar", True)
-    space = model_space(run_context(cfg).feast_space, info)
+    space = model_space(piece(FeastSpaceSpec, cfg), info)  # loads no data set
     assert len(space.cache) == 56
     if cfg.budget_rng == "authors":  # their draw starts just below the cache, then is raised
         assert 0 < space.cache.min_macs - cfg.budget_min < 10_000

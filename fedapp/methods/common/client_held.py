@@ -17,7 +17,7 @@ from typing import Any
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.results import write_csv
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import run_candidates
 from fedapp.wire.messages import ACCURACY, LOSS, NUM_EXAMPLES, SELECTION_KEY
@@ -28,8 +28,8 @@ CLIENTS_FILE = "clients.csv"  # each client's model and its test accuracy
 class ClientHeldStrategy(HeterogeneousStrategy):
     """Evaluation through the clients' own models; nodes that afford no candidate sit out."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
         self.cheapest_macs = run_candidates(self.run.family, self.info)[0].macs
 
     def ineligibility(self, profile: NodeProfile) -> str | None:

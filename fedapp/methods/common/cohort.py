@@ -11,7 +11,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.partitions.cohorts import cohort_indices
-from fedapp.run.config import RunConfig
+from fedapp.run.pieces import RoundPlan
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 
 
@@ -20,11 +20,12 @@ class CohortSampler:
 
     def __init__(
         self,
-        cfg: RunConfig,
+        method: str,
+        rounds: RoundPlan,
         nodes: NodeRegistry,
         ineligibility: Callable[[NodeProfile], str | None],
     ) -> None:
-        self.cfg = cfg
+        self.method, self.rounds = method, rounds
         self.nodes = nodes
         self.ineligibility = ineligibility
         self._left_out: set[int] = set()  # nodes already logged as unable to take part
@@ -37,7 +38,7 @@ class CohortSampler:
             log(
                 ERROR,
                 "%s: node %s (partition %d) left out: %s",
-                self.cfg.strategy,
+                self.method,
                 profile.node_id,
                 profile.partition_id,
                 reason,
@@ -47,7 +48,7 @@ class CohortSampler:
     def sample(self, server_round: int, grid: Grid) -> list[NodeProfile]:
         """Seeded draw of this round's clients among the connected, profiled, eligible nodes."""
         connected = list(grid.get_node_ids())
-        self.nodes.discover(grid, connected, self.cfg.round_timeout)
+        self.nodes.discover(grid, connected, self.rounds.round_timeout)
         candidates = sorted(
             (
                 self.nodes.profiles[n]
@@ -56,16 +57,16 @@ class CohortSampler:
             ),
             key=lambda p: p.partition_id,
         )
-        size = min(self.cfg.cohort_size, len(candidates))
-        if size < self.cfg.cohort_size:
+        size = min(self.rounds.cohort_size, len(candidates))
+        if size < self.rounds.cohort_size:
             log(
                 WARNING,
                 "round %d: only %d nodes available for a cohort of %d",
                 server_round,
                 size,
-                self.cfg.cohort_size,
+                self.rounds.cohort_size,
             )
         chosen = cohort_indices(
-            self.cfg.cohort_rng, self.cfg.seed, server_round, len(candidates), size
+            self.rounds.cohort_rng, self.rounds.seed, server_round, len(candidates), size
         )
         return [candidates[i] for i in chosen]

@@ -45,6 +45,7 @@ from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.config import RunConfig
 from fedapp.run.context import RunContext, run_context
 from fedapp.run.federated_data import server_set
+from fedapp.run.pieces import RoundPlan
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import resolve_device
 from fedapp.wire.messages import (
@@ -81,16 +82,16 @@ class RoundReport:
 class HeterogeneousStrategy(Strategy):
     """Flower strategy whose payload, training config and aggregation may differ per node."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        self.cfg = cfg
-        #: What the run shares (data layout, model spaces, local training, the method's settings).
-        self.run = run_context(cfg)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        #: What the run shares: the rounds' plan, data layout, model spaces, local training and
+        #: the method's own settings.
+        self.run = run
         self.nodes = nodes
         #: The run's data-set facts (channels, image size, classes) and the device it runs on.
         self.info = self.run.info
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(run.training.device)
         self.report = RoundReport()
-        self.cohorts = CohortSampler(cfg, nodes, self.ineligibility)
+        self.cohorts = CohortSampler(run.strategy, run.rounds, nodes, self.ineligibility)
         #: The run's accounts: traffic, compute, metered work, trained operating points.
         self.accounting = RunAccounts()
         #: Rounds a resumed run finished before this start: ``Strategy.start`` counts its
@@ -141,7 +142,7 @@ class HeterogeneousStrategy(Strategy):
         """Per-node training settings decided by the server (the rest comes from the run config)."""
         return {
             SERVER_ROUND: server_round,
-            LEARNING_RATE: scheduled_learning_rate(self.cfg, server_round),
+            LEARNING_RATE: scheduled_learning_rate(self.run.rounds, server_round),
         }
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
@@ -259,7 +260,7 @@ class HeterogeneousStrategy(Strategy):
         stays as it was)."""
         self.report.aggregate_started = time.perf_counter()
         checked = check_round(server_round, replies, self._expected, self._partition_of)
-        valid = cap_shares(checked.valid, self.cfg.max_weight_share)
+        valid = cap_shares(checked.valid, self.run.rounds.max_weight_share)
         self.report.dropped = checked.dropped
         self.report.accepted = len(valid)
         seconds = [float(r.metrics.get(TRAIN_SECONDS, 0.0)) for r in valid]
@@ -306,7 +307,7 @@ class HeterogeneousStrategy(Strategy):
             self._grid,
             self.nodes,
             split,
-            self.cfg.round_timeout,
+            self.run.rounds.round_timeout,
             split_size=len(server_set(self.run.data, split).labels),
             required=self.evaluation_metrics,
             read=self.read_evaluation,
@@ -357,8 +358,18 @@ class HeterogeneousStrategy(Strategy):
 
     def summary(self) -> None:
         log(INFO, "\t├── strategy: %s", type(self).__name__)
-        log(INFO, "\t├── clients: %d, per round: %d", self.cfg.num_clients, self.cfg.cohort_size)
-        log(INFO, "\t└── rounds: %d, seed: %d", self.cfg.num_server_rounds, self.cfg.seed)
+        log(
+            INFO,
+            "\t├── clients: %d, per round: %d",
+            self.run.rounds.num_clients,
+            self.run.rounds.cohort_size,
+        )
+        log(
+            INFO,
+            "\t└── rounds: %d, seed: %d",
+            self.run.rounds.num_server_rounds,
+            self.run.rounds.seed,
+        )
 
 
 def point_evaluator(run: RunContext) -> PointEvaluator:
@@ -373,12 +384,12 @@ def point_evaluator(run: RunContext) -> PointEvaluator:
     )
 
 
-def scheduled_learning_rate(cfg: RunConfig, server_round: int) -> float:
+def scheduled_learning_rate(rounds: RoundPlan, server_round: int) -> float:
     """The round's learning rate: constant, or cosine decay over the round horizon."""
-    if cfg.lr_schedule == "cosine":
-        progress = (server_round - 1) / cfg.num_server_rounds
-        return 0.5 * cfg.learning_rate * (1 + math.cos(math.pi * progress))
-    return cfg.learning_rate
+    if rounds.lr_schedule == "cosine":
+        progress = (server_round - 1) / rounds.num_server_rounds
+        return 0.5 * rounds.learning_rate * (1 + math.cos(math.pi * progress))
+    return rounds.learning_rate
 
 
 def float_elements(state: State) -> int:
@@ -419,4 +430,4 @@ def finite_or_none(server_round: int, state: State) -> State | None:
 
 def build_strategy(cfg: RunConfig, nodes: NodeRegistry) -> HeterogeneousStrategy:
     """The server strategy the run config selects (fedapp.methods names it)."""
-    return strategy_class(cfg.strategy)(cfg, nodes)
+    return strategy_class(cfg.strategy)(run_context(cfg), nodes)

@@ -27,7 +27,7 @@ from fedapp.models.budgets import BudgetError
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.routing import Route
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.feast_space import model_space
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 
@@ -38,10 +38,10 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
     #: Name used in log lines and report titles.
     method = "FEAST"
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
         self.space = model_space(self.run.feast_space, self.info)
-        self.anchors = self.space.anchors(cfg.anchor_variants)
+        self.anchors = self.space.anchors(run.feast_space.anchor_variants)
         self.points = point_evaluator(self.run)
 
     # ---- budgets ------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
     # ---- global state -------------------------------------------------------------------------
     def initial_state(self) -> State:
         model = ElasticResNet(
-            self.space.config, seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS)
+            self.space.config, seed=stream_seed(self.run.rounds.seed, Stream.INITIAL_WEIGHTS)
         )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
@@ -94,7 +94,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         routes = self.eligible_routes()
         return operating_point_report(
             run_dir,
-            f"{self.method} on {self.cfg.dataset}",
+            f"{self.method} on {self.run.data.source.dataset}",
             variants,
             served={pid: r.largest for pid, r in routes.items()},
             budgets={pid: r.budget for pid, r in routes.items()},

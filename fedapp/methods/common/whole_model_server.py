@@ -16,7 +16,7 @@ from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
 from fedapp.models.zoo import build_model
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import eval_loader, evaluate
 from fedapp.wire.records import load_state
@@ -25,14 +25,14 @@ from fedapp.wire.records import load_state
 class WholeModelStrategy(HeterogeneousStrategy):
     """The run's model, averaged whole, evaluated centrally."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
 
     def _model(self) -> torch.nn.Module:
-        return build_model(self.cfg.model, self.info)
+        return build_model(self.run.model, self.info)
 
     def initial_state(self) -> State:
-        torch.manual_seed(stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
+        torch.manual_seed(stream_seed(self.run.rounds.seed, Stream.INITIAL_WEIGHTS))
         return {k: v.numpy().copy() for k, v in self._model().state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:

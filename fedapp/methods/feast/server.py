@@ -36,17 +36,21 @@ class FeastStrategy(CachedSupernetStrategy):
 
     # ---- one round ------------------------------------------------------------------------------
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        if self.cfg.routing:
+        if self.run.feast_space.routing:
             return extract(global_state, self.route_of(profile).shapes)
         return global_state
 
     def payload_params(self, profile: NodeProfile, payload: State) -> int:
-        return self.route_of(profile).params if self.cfg.routing else self.space.full_params
+        return (
+            self.route_of(profile).params
+            if self.run.feast_space.routing
+            else self.space.full_params
+        )
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {
             AFFORDABLE: list(self.route_of(profile).affordable),
-            ROUTED: self.cfg.routing,
+            ROUTED: self.run.feast_space.routing,
         }
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
@@ -55,7 +59,7 @@ class FeastStrategy(CachedSupernetStrategy):
         plan = plan_for(
             self.space.cache,
             self.route_of(profile).affordable,
-            self.cfg.section(FeastSettings).training_rule,
+            self.run.section(FeastSettings).training_rule,
         )
         return [self.space.cache.variants.index(v) for v in plan.trained]
 
@@ -66,7 +70,7 @@ class FeastStrategy(CachedSupernetStrategy):
     def params_by_client(self, state: State) -> dict[int, int]:
         """A client's routed slice (the whole supernet without routing)."""
         return {
-            pid: (r.params if self.cfg.routing else self.space.full_params)
+            pid: (r.params if self.run.feast_space.routing else self.space.full_params)
             for pid, r in self.eligible_routes().items()
         }
 
@@ -74,15 +78,17 @@ class FeastStrategy(CachedSupernetStrategy):
         routes = self.eligible_routes()
         passes = [
             plan_for(
-                self.space.cache, r.affordable, self.cfg.section(FeastSettings).training_rule
+                self.space.cache, r.affordable, self.run.section(FeastSettings).training_rule
             ).num_passes
             for r in routes.values()
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())
-        routed_shapes = [r.shapes if self.cfg.routing else global_shapes for r in routes.values()]
+        routed_shapes = [
+            r.shapes if self.run.feast_space.routing else global_shapes for r in routes.values()
+        ]
         summary = self.served_report(state, data, run_dir) | {
             "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},
-            "exposure": exposure(global_shapes, routed_shapes, self.cfg.cohort_size),
+            "exposure": exposure(global_shapes, routed_shapes, self.run.rounds.cohort_size),
         }
         self.log_report(summary, self.communication(state))
         log(

@@ -46,7 +46,7 @@ from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, build_candidate, largest_affordable
 from fedapp.models.slicing import SliceAccumulator
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.federated_data import public_images, server_set
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import run_candidates
@@ -82,13 +82,13 @@ def uniform_average(global_state: State, replies: list[tuple[str, State]]) -> St
 class FedDFStrategy(HeterogeneousStrategy):
     """Prototype payloads, uniform per-prototype FedAvg, server ensemble distillation."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
         self.candidates = run_candidates(self.run.family, self.info)
         self.public = public_images(self.run.data)  # images only: labels withheld
         self.validation = server_set(self.run.data, "validation")
         self.points = point_evaluator(self.run)
-        feddf = cfg.section(FedDFSettings)
+        feddf = run.section(FedDFSettings)
         self.settings = DistillSettings(
             steps=feddf.distill_steps,
             eval_every=feddf.distill_eval_every,
@@ -138,7 +138,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.served = sorted(served, key=lambda c: c.macs)
         state: State = {}
         for prototype in self.served:
-            torch.manual_seed(stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
+            torch.manual_seed(stream_seed(self.run.rounds.seed, Stream.INITIAL_WEIGHTS))
             tensors = self._model(prototype.name).state_dict()
             state |= prefixed(prototype.name, {k: v.numpy().copy() for k, v in tensors.items()})
         return state
@@ -177,7 +177,9 @@ class FedDFStrategy(HeterogeneousStrategy):
                 self.info,
                 self.settings,
                 self._validation_accuracy,
-                seed_local_work(self.cfg.seed, Stream.FEDDF_DISTILLATION, server_round, index),
+                seed_local_work(
+                    self.run.rounds.seed, Stream.FEDDF_DISTILLATION, server_round, index
+                ),
                 self.device,
             )
             distilled = {k: v.detach().cpu().numpy() for k, v in student.state_dict().items()}
@@ -258,7 +260,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         served = self._served_index()
         report = operating_point_report(
             run_dir,
-            f"FedDF on {self.cfg.dataset}",
+            f"FedDF on {self.run.data.source.dataset}",
             rows,
             served=served,
             budgets={p.partition_id: p.budget for p in self.nodes.profiles.values()},

@@ -46,7 +46,7 @@ class FedDistillStrategy(ClientHeldStrategy):
     """Per-label logit exchange; no weights travel."""
 
     def initial_state(self) -> State:
-        clients, classes = self.cfg.num_clients, self.info.num_classes
+        clients, classes = self.run.rounds.num_clients, self.info.num_classes
         return {
             CLIENT_LOGITS: np.zeros((clients, classes, classes), np.float32),
             CLIENT_COUNTS: np.zeros((clients, classes), np.float32),
@@ -57,7 +57,7 @@ class FedDistillStrategy(ClientHeldStrategy):
     def contributors(self, profile: NodeProfile, state: State) -> np.ndarray:
         """Whose latest uploads make up this node's global logits."""
         uploaded = state[UPLOAD_ROUND]
-        if self.cfg.section(FedDistillSettings).exclude_own:
+        if self.run.section(FedDistillSettings).exclude_own:
             mask = uploaded > 0
             mask[profile.partition_id] = False
             return mask

@@ -9,7 +9,8 @@ from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.fedkd_nas.keys import TARGET
 from fedapp.methods.fedkd_nas.server import TEACHER, FedKDNASStrategy
-from fedapp.run.config import ConfigError, RunConfig
+from fedapp.run.config import ConfigError
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 
 
@@ -17,8 +18,8 @@ class LocalKDStrategy(FedKDNASStrategy):
     """Local-KD: each client gets P_T once (the first time it is sampled) and then trains alone;
     replies carry no arrays and the server's state never changes."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
         self.delivered: set[int] = set()  # partitions that have received the teacher's logits
 
     def accounts(self) -> dict[str, Any]:

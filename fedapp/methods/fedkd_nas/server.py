@@ -56,7 +56,7 @@ from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.families import affordable
 from fedapp.models.zoo import build_model
 from fedapp.random_streams import Stream, stream_rng
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.federated_data import public_images, server_set
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import run_candidates
@@ -136,9 +136,9 @@ def exchange_metrics(
 class FedKDNASStrategy(ClientHeldStrategy):
     """Logit exchange on the public set with teacher fusion and EMA; clients choose by NAS."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
-        self.settings = cfg.section(FedKDNASSettings)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
+        self.settings = run.section(FedKDNASSettings)
         self.candidates = run_candidates(self.run.family, self.info)
         self.public_labels = server_set(self.run.data, "public").labels
         self.public_shape = (len(self.public_labels), self.info.num_classes)
@@ -167,10 +167,15 @@ class FedKDNASStrategy(ClientHeldStrategy):
     def _train_teacher(self, data: ImageArrays, fold: int) -> torch.nn.Module:
         """One teacher, trained on labelled public images (seeded per fold)."""
         name = self.settings.teacher_model or self.candidates[-1].name
-        generator = seed_local_work(self.cfg.seed, Stream.TEACHER_TRAINING, fold)
+        generator = seed_local_work(self.run.rounds.seed, Stream.TEACHER_TRAINING, fold)
         teacher = build_model(name, self.info)
-        loader = train_loader(data, self.info, self.cfg.batch_size, generator)
-        optimizer = sgd(teacher, self.cfg.learning_rate, self.cfg.momentum, self.cfg.weight_decay)
+        loader = train_loader(data, self.info, self.run.training.batch_size, generator)
+        optimizer = sgd(
+            teacher,
+            self.run.rounds.learning_rate,
+            self.run.training.momentum,
+            self.run.training.weight_decay,
+        )
         train_supervised(teacher, loader, optimizer, self.settings.teacher_epochs, self.device)
         return teacher
 
@@ -182,7 +187,7 @@ class FedKDNASStrategy(ClientHeldStrategy):
         public = server_set(self.run.data, "public")
         logits = np.zeros(self.public_shape, np.float32)
         self.teachers = []
-        folds = teacher_folds(len(public.labels), self.settings.teacher_folds, self.cfg.seed)
+        folds = teacher_folds(len(public.labels), self.settings.teacher_folds, self.run.rounds.seed)
         for fold, (trained_on, labelled) in enumerate(folds):
             teacher = self._train_teacher(_subset(public, trained_on), fold)
             images = _subset(public_images(self.run.data), labelled)

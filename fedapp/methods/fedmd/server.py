@@ -30,7 +30,7 @@ class FedMDStrategy(ClientHeldStrategy):
     """Consensus on a fresh alignment subset each round; clients digest and revisit."""
 
     def initial_state(self) -> State:
-        shape = (self.cfg.section(FedMDSettings).alignment_size, self.info.num_classes)
+        shape = (self.run.section(FedMDSettings).alignment_size, self.info.num_classes)
         return {
             CONSENSUS: np.zeros(shape, np.float32),
             CONSENSUS_ROUND: np.array(0, dtype=np.int64),
@@ -42,7 +42,7 @@ class FedMDStrategy(ClientHeldStrategy):
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         return {
             LOGITS: ArraySpec(
-                (self.cfg.section(FedMDSettings).alignment_size, self.info.num_classes), "float32"
+                (self.run.section(FedMDSettings).alignment_size, self.info.num_classes), "float32"
             )
         }
 

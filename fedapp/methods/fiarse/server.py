@@ -51,7 +51,7 @@ from fedapp.models.masks import (
 )
 from fedapp.models.slicing import is_averaged
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import substrate_config
 from fedapp.wire.records import load_state
@@ -87,9 +87,9 @@ def mac_levels(smallest_budget: float, full_macs: int, count: int) -> list[float
 class FiarseStrategy(HeterogeneousStrategy):
     """Magnitude-masked payloads, sparse delta averaging, a dense grid of masked models."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
-        self.settings = cfg.section(FiarseSettings)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
+        self.settings = run.section(FiarseSettings)
         self.config = substrate_config(self.run.substrate, self.info)
         self.points = point_evaluator(self.run)
         probe = full_model(self.config)
@@ -127,7 +127,9 @@ class FiarseStrategy(HeterogeneousStrategy):
 
     # ---- one round ------------------------------------------------------------------------------
     def initial_state(self) -> State:
-        model = full_model(self.config, seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
+        model = full_model(
+            self.config, seed=stream_seed(self.run.rounds.seed, Stream.INITIAL_WEIGHTS)
+        )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
@@ -159,7 +161,9 @@ class FiarseStrategy(HeterogeneousStrategy):
     def grid_fractions(self, state: State) -> list[float]:
         """Fractions of the ``fiarse.grid-points`` MAC levels, smallest first."""
         full = self.family(state).full_macs
-        budgets = [p.budget for p in self.nodes.profiles.values()] or [self.cfg.budget_min]
+        budgets = [p.budget for p in self.nodes.profiles.values()] or [
+            self.run.data.budgets.budget_min
+        ]
         levels = mac_levels(min(budgets), full, self.settings.grid_points)
         return [mac_fraction(level, full) for level in levels]
 
@@ -232,7 +236,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         }
         report = operating_point_report(
             run_dir,
-            f"FIARSE on {self.cfg.dataset}",
+            f"FIARSE on {self.run.data.source.dataset}",
             rows,
             served=served,
             budgets={p.partition_id: p.budget for p in profiles},

@@ -43,7 +43,7 @@ from fedapp.models.slicing import SliceAccumulator, extract
 from fedapp.models.substrate import width_arch
 from fedapp.models.width_scaling import WIDTHS
 from fedapp.random_streams import Stream, stream_rng, stream_seed
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import substrate_config
 from fedapp.wire.records import load_state
@@ -57,9 +57,9 @@ _BN_BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 class HeteroFLStrategy(HeterogeneousStrategy):
     """Width-sliced payloads, count averaging with label-restricted classifier rows, sBN tests."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
-        self.settings = cfg.section(HeteroFLSettings)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
+        self.settings = run.section(HeteroFLSettings)
         self.config = substrate_config(self.run.substrate, self.info)
         self.costs: dict[float, Cost] = {
             rate: count(self.config, width_arch(self.config, rate)) for rate in WIDTHS
@@ -84,9 +84,9 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         if self.settings.assignment == "proportion":
             return proportion_widths(self.nodes.profiles.values())[profile.partition_id]
         if self.settings.assignment == "dynamic":
-            return dynamic_widths(self.cfg.seed, self.server_round, self.cfg.num_clients)[
-                profile.partition_id
-            ]
+            return dynamic_widths(
+                self.run.rounds.seed, self.server_round, self.run.rounds.num_clients
+            )[profile.partition_id]
         return self.affordable_width(profile)
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
@@ -124,7 +124,9 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def initial_state(self) -> State:
         """The seeded full model; its BN buffers stay at their initial values (never trained)."""
-        model = ElasticResNet(self.config, seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS))
+        model = ElasticResNet(
+            self.config, seed=stream_seed(self.run.rounds.seed, Stream.INITIAL_WEIGHTS)
+        )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
@@ -191,7 +193,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         summary = (
             operating_point_report(
                 run_dir,
-                f"HeteroFL on {self.cfg.dataset}",
+                f"HeteroFL on {self.run.data.source.dataset}",
                 rows,
                 served={
                     pid: WIDTHS.index(rate if rate is not None else fallback)

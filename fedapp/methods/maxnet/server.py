@@ -37,7 +37,7 @@ from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.routing import affordable
 from fedapp.models.slicing import extract
 from fedapp.random_streams import Stream, stream_rng
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.feast_space import ModelSpace
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 
@@ -198,9 +198,9 @@ class MaxNetStrategy(CachedSupernetStrategy):
 
     sampler_type: type[PathSampler] = PathSampler
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
-        self.settings = cfg.section(MaxNetSettings)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
+        self.settings = run.section(MaxNetSettings)
         self.sampler = self.sampler_type(self.space)
         self.tracker = SandwichTracker()
         #: partition id -> this round's assignment
@@ -219,7 +219,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
     @property
     def decay_rounds(self) -> float:
         """S: rounds over which the MaxNet weight decays."""
-        return self.settings.decay_fraction * self.cfg.num_server_rounds
+        return self.settings.decay_fraction * self.run.rounds.num_server_rounds
 
     # ---- who trains what ------------------------------------------------------------------------
     def sample_cohort(self, server_round: int, grid: Grid) -> list[NodeProfile]:
@@ -233,7 +233,9 @@ class MaxNetStrategy(CachedSupernetStrategy):
 
     def assign(self, server_round: int, profile: NodeProfile, role: str) -> Assignment:
         """The subnet of a role; random draws from the (round, partition id) subnet stream."""
-        rng = stream_rng(self.cfg.seed, Stream.MAXNET_SUBNETS, server_round, profile.partition_id)
+        rng = stream_rng(
+            self.run.rounds.seed, Stream.MAXNET_SUBNETS, server_round, profile.partition_id
+        )
         if self.settings.subnet_sampling == "feast-transfer":
             arch = self.sampler.transfer(role, profile.budget, rng)  # SpaceSampler (config check)
         else:

@@ -84,7 +84,9 @@ def train(message: Message, run: RunContext, node: LocalNode) -> RecordDict:
     generator, loader, optimizer = local_sgd(model, message, run, node)
     server_round = int(config[SERVER_ROUND])
     form = scalefl.kd_form
-    gamma = scalefl.kd_weight if kd_active(server_round, run.num_server_rounds, form) else 0.0
+    gamma = (
+        scalefl.kd_weight if kd_active(server_round, run.rounds.num_server_rounds, form) else 0.0
+    )
 
     def loss_of(x: torch.Tensor, y_a: torch.Tensor, y_b: torch.Tensor, lam: float) -> torch.Tensor:
         outputs = model.exit_logits(x)

@@ -41,7 +41,7 @@ from fedapp.models.early_exits import (
 )
 from fedapp.models.slicing import extract
 from fedapp.random_streams import Stream, stream_seed
-from fedapp.run.config import RunConfig
+from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import substrate_config
 from fedapp.wire.records import load_state
@@ -50,9 +50,9 @@ from fedapp.wire.records import load_state
 class ScaleFLStrategy(HeterogeneousStrategy):
     """Level payloads, count-averaged slices, per-level evaluation and the fallback count."""
 
-    def __init__(self, cfg: RunConfig, nodes: NodeRegistry) -> None:
-        super().__init__(cfg, nodes)
-        self.settings = cfg.section(ScaleFLSettings)
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
+        self.settings = run.section(ScaleFLSettings)
         self.substrate = substrate_config(self.run.substrate, self.info)
         self.costs = level_costs(self.substrate, self.settings.exit_convs)
         self.points = point_evaluator(self.run)
@@ -85,7 +85,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
             self.substrate,
             len(SCALEFL_LEVELS) - 1,
             self.settings.exit_convs,
-            seed=stream_seed(self.cfg.seed, Stream.INITIAL_WEIGHTS),
+            seed=stream_seed(self.run.rounds.seed, Stream.INITIAL_WEIGHTS),
         )
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
@@ -143,7 +143,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         profiles = list(self.nodes.profiles.values())
         report = operating_point_report(
             run_dir,
-            f"ScaleFL on {self.cfg.dataset}",
+            f"ScaleFL on {self.run.data.source.dataset}",
             rows,
             served={p.partition_id: self.level_of(p) for p in profiles},
             budgets={p.partition_id: p.budget for p in profiles},

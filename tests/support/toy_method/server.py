@@ -15,7 +15,7 @@ class ToyStrategy(WholeModelStrategy):
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         mean = super().aggregate(server_round, replies, global_state)
-        rate = self.cfg.section(ToySettings).server_lr
+        rate = self.run.section(ToySettings).server_lr
         return {
             name: (rate * mean[name] + (1 - rate) * old).astype(old.dtype)
             if np.issubdtype(old.dtype, np.floating)
