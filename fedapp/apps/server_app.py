@@ -50,11 +50,10 @@ from fedapp.wire.records import from_record, to_record
 
 #: A round's heaviest clients (strategies send them first), pushed ahead of the rest so they
 #: start first: a round cannot end before its heaviest client, and Flower's simulation engine
-#: would otherwise start clients in node order, and an actor idled while the other finished a
-#: client that had started last (the quickstart's time above its clients' training fell from
-#: 28.5 s to 12.5 s with this). Two: wherever a round is worth shortening, its clients run on at
-#: least two actors or devices. The order changes no result: replies are aggregated in
-#: partition order.
+#: would otherwise start clients in node order, so that an actor idles while another finishes a
+#: client that started last (measured in docs/performance.md, "Where the quickstart's time
+#: goes"). Two: wherever a round is worth shortening, its clients run on at least two actors or
+#: devices. The order changes no result: replies are aggregated in partition order.
 LEADING_CLIENTS = 2
 
 app = ServerApp()

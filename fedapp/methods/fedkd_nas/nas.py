@@ -17,8 +17,8 @@ Every round a client trains one architecture from the run's candidate family:
   one hold-out example (1 / hold-out size), so a switch is never decided by the hold-out's noise.
 Decisions only ever compare two scores measured in the same round after the same number of
 training steps; older measurements only decide which rival duels next (stale ones first), so an
-untrained or stale score cannot lock a client in (the first version, which tried each candidate
-once from scratch and kept stale scores, left half the clients on the smallest candidate).
+untrained or stale score cannot lock a client in (docs/methods/fedkd-nas.md shows a controller
+that kept stale scores leaving half the clients on the smallest candidate).
 The client keeps the weights of at most ``fedkd-nas.keep`` candidates (least recently used evicted).
 All of it lives in the node's Flower state, so it survives between rounds in simulation and on a
 device.

@@ -3,9 +3,9 @@
 The server holds the public set D_pub with its labels and, before round 1, fits the teacher and
 keeps its logits P_T. The teacher never labels an image it was trained on: with
 ``fedkd-nas.teacher-folds`` K >= 2, D_pub is split into K folds and teacher k, trained on the other
-folds, labels fold k (cross-fitting). The first version (K = 1) fitted one teacher to D_pub itself;
-it reproduced the labels (100 %, mean top probability 0.9996), so Z~ carried nothing from the
-clients and FedKD-NAS equalled Local-KD. The global state is only logits: the smoothed target Z~
+folds, labels fold k (cross-fitting). With K = 1 one teacher is fitted to D_pub itself and
+reproduces its labels, so Z~ carries nothing from the clients and FedKD-NAS equals Local-KD
+(docs/methods/fedkd-nas.md). The global state is only logits: the smoothed target Z~
 (and P_T), so checkpoints and resume need no model. Each round it broadcasts Z~ (Z~(0) = P_T;
 nothing in round 1 when the teacher is off, ``fedkd-nas.teacher-beta`` = 0), receives every client's
 logits on D_pub, and updates
@@ -92,7 +92,7 @@ NAS_METRICS = (
 def teacher_folds(size: int, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """(indices a teacher trains on, indices it labels) per teacher. K >= 2: a seeded split into
     K folds, teacher k trains on all but fold k and labels fold k, so no image is labelled by a
-    teacher that saw it. K = 1 (the first version): one teacher trained on and labelling all."""
+    teacher that saw it. K = 1: one teacher trained on and labelling all (no cross-fitting)."""
     everything = np.arange(size)
     if folds == 1:
         return [(everything, everything)]
