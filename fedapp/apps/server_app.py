@@ -1,39 +1,34 @@
-"""ServerApp: config -> node handshake -> ``Strategy.start``'s rounds -> final evaluation ->
-result files."""
+"""ServerApp: config -> run folder -> node handshake -> the method's rounds and final test (the
+round engine, fedapp.methods.common.round_engine) -> summary and plots."""
 
 from __future__ import annotations
 
-import json
 import time
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from fedapp.data.registry import DatasetUnavailableError, ImageArrays
+from fedapp.data.registry import DatasetUnavailableError
 from fedapp.evaluation.intervals import format_accuracy, summary_intervals
 from fedapp.evaluation.labels import LABELS_FILE, write_label_distribution
-from fedapp.evaluation.operating_points import announce_points
 from fedapp.evaluation.plots import plot_rounds
 from fedapp.evaluation.results import (
-    BEST_MODEL_FILE,
     CHECKPOINT_FILE,
     CONFIG_FILE,
-    FINAL_MODEL_FILE,
     ROUNDS_PLOT_FILE,
     SUMMARY_FILE,
     RunFileError,
     RunRecorder,
     read_json,
     run_folder_lock,
-    unreadable,
 )
 from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
-from fedapp.methods.common.strategy import HeterogeneousStrategy, State, build_strategy
+from fedapp.methods.common.round_engine import RoundEngine
+from fedapp.methods.common.strategy import build_strategy
 from fedapp.run.config import (
     ConfigError,
     RunConfig,
@@ -42,19 +37,9 @@ from fedapp.run.config import (
     parse_run_config,
 )
 from fedapp.run.context import data_layout
-from fedapp.run.exchange import PromptGrid
 from fedapp.run.federated_data import data_facts, population, server_set
 from fedapp.run.profiles import NodeRegistry
-from fedapp.wire.messages import SELECTION_KEY, TRAIN_LOSS
-from fedapp.wire.records import from_record, to_record
-
-#: A round's heaviest clients (strategies send them first), pushed ahead of the rest so they
-#: start first: a round cannot end before its heaviest client, and Flower's simulation engine
-#: would otherwise start clients in node order, so that an actor idles while another finishes a
-#: client that started last (measured in docs/performance.md, "Where the quickstart's time
-#: goes"). Two: wherever a round is worth shortening, its clients run on at least two actors or
-#: devices. The order changes no result: replies are aggregated in partition order.
-LEADING_CLIENTS = 2
+from fedapp.wire.messages import SELECTION_KEY
 
 app = ServerApp()
 
@@ -105,7 +90,8 @@ def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[s
     nodes = NodeRegistry(cfg.num_clients, facts)
     nodes.wait_for(grid, cfg.num_clients, cfg.node_wait_timeout)
     strategy = build_strategy(cfg, nodes)
-    first_round, state, best, earlier = _starting_point(cfg, strategy, run_dir)
+    engine = RoundEngine(strategy, run_dir, cfg.resume)
+    first_round = engine.first_round
     recorder = RunRecorder(run_dir, resume_after=first_round - 1, tensorboard=cfg.tensorboard)
     recorder.write_json(CONFIG_FILE, cfg.as_run_config())
     _write_labels(cfg, run_dir, nodes)
@@ -120,26 +106,14 @@ def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[s
         cfg.num_server_rounds,
         run_dir,
     )
-    setup_seconds = time.perf_counter() - started + earlier["setup"]
-    started -= earlier["elapsed"]  # a resumed run's clock includes the rounds before the crash
-    round_end = RoundEnd(cfg, strategy, recorder, validation, state, best, started, setup_seconds)
-    strategy.rounds_done = first_round - 1
-    strategy.start(
-        grid=PromptGrid(grid, lead=LEADING_CLIENTS),
-        initial_arrays=to_record(state),
-        num_rounds=cfg.num_server_rounds - strategy.rounds_done,
-        timeout=cfg.round_timeout,
-        evaluate_fn=round_end,
-    )
-    state, best = round_end.state, round_end.best
+    setup_seconds = time.perf_counter() - started + engine.earlier_setup
+    started -= engine.earlier_elapsed  # a resumed run's clock includes the rounds before the crash
+    engine.run_rounds(grid, recorder, validation, started, setup_seconds)
 
-    recorder.save_state(FINAL_MODEL_FILE, state)
-    best_state = RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
     final_start = time.perf_counter()
     test = server_set(layout, "test")
-    with announce_points("final test"):
-        report = strategy.test_summary(best_state, test, run_dir)
-    report |= strategy.accounting.summary(run_dir, strategy.params_by_client(best_state))
+    report = engine.final_test(recorder, test)
+    best = engine.best
     timing = _timing(recorder.rows, setup_seconds, time.perf_counter() - final_start)
     summary = {
         "strategy": cfg.strategy,
@@ -208,37 +182,6 @@ def _check_resumable(cfg: RunConfig, run_dir: Path) -> None:
         )
 
 
-def _starting_point(
-    cfg: RunConfig, strategy: HeterogeneousStrategy, run_dir: Path
-) -> tuple[int, State, dict[str, Any], dict[str, float]]:
-    """Round 1 from the initial state, or the round after the checkpoint when resuming; also
-    the best round so far and the setup and elapsed seconds of the run before this start. A
-    resumed strategy continues its accounting (communication, compute, metering, method
-    records) from the checkpoint, so summary.json covers the whole run."""
-    nothing_earlier = {"setup": 0.0, "elapsed": 0.0}
-    fresh = (1, strategy.initial_state(), {"round": 0, SELECTION_KEY: -1.0}, nothing_earlier)
-    if not cfg.resume:
-        return fresh
-    try:
-        done, state, extra = RunRecorder.load_checkpoint(run_dir)
-    except FileNotFoundError:
-        log(WARNING, "fedapp: resume = true but %s has no checkpoint; starting at round 1", run_dir)
-        return fresh
-    log(INFO, "fedapp: resuming %s after round %d", run_dir, done)
-    if (run_dir / BEST_MODEL_FILE).exists():  # the final test reads it: a torn one fails now
-        RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
-    try:
-        accounts = json.loads(extra["accounts"])
-        earlier = {"setup": float(extra["setup"]), "elapsed": float(extra["elapsed"])}
-        best = dict(extra["best"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise unreadable(
-            run_dir / CHECKPOINT_FILE, f"not a checkpoint fedapp wrote: {err!r}"
-        ) from None
-    strategy.restore_accounts(accounts)
-    return done + 1, state, best, earlier
-
-
 def _write_labels(cfg: RunConfig, run_dir: Path, nodes: NodeRegistry) -> None:
     """labels.csv and labels.png of the seeded split, which the server computes as every
     simulated client does. A node that trains on files of its own (node config ``data-path``)
@@ -264,91 +207,6 @@ def _write_labels(cfg: RunConfig, run_dir: Path, nodes: NodeRegistry) -> None:
         )
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars and arrays in a method's records as JSON values."""
-    if isinstance(value, np.generic | np.ndarray):
-        return value.tolist()
-    raise TypeError(f"cannot store {type(value).__name__} in a checkpoint")
-
-
-class RoundEnd:
-    """What the run does after each of ``Strategy.start``'s rounds (its ``evaluate_fn``): the
-    round's row of metrics.jsonl, validation on the run's cadence (keeping the best state), the
-    checkpoint a resumed run continues from, and the progress line."""
-
-    def __init__(
-        self,
-        cfg: RunConfig,
-        strategy: HeterogeneousStrategy,
-        recorder: RunRecorder,
-        validation: ImageArrays,
-        state: State,
-        best: dict[str, Any],
-        started: float,
-        setup_seconds: float,
-    ) -> None:
-        self.cfg = cfg
-        self.strategy = strategy
-        self.recorder = recorder
-        self.validation = validation
-        self.state = state  # the global state after the last finished round
-        self.best = best  # the round with the best validation selection metric so far
-        self.started = started
-        self.setup_seconds = setup_seconds
-
-    def __call__(self, start_round: int, arrays: ArrayRecord) -> MetricRecord | None:
-        """Round ``start_round`` of this start has ended (0: before the first, nothing to do)."""
-        if start_round == 0:
-            return None
-        server_round = start_round + self.strategy.rounds_done
-        self.state = from_record(arrays)
-        row = _round_row(self.strategy, server_round)
-        validation: dict[str, float] = {}
-        if server_round % self.cfg.eval_every == 0 or server_round == self.cfg.num_server_rounds:
-            evaluation_start = time.perf_counter()
-            validation = self.strategy.validation_metrics(self.state, self.validation)
-            row |= validation
-            row["seconds-evaluate"] = time.perf_counter() - evaluation_start
-            if row[SELECTION_KEY] > self.best[SELECTION_KEY]:
-                self.best = {"round": server_round, SELECTION_KEY: row[SELECTION_KEY]}
-                self.recorder.save_state(BEST_MODEL_FILE, self.state)
-        row["seconds"] = time.perf_counter() - self.strategy.report.started
-        self.recorder.log_round(row)
-        self.recorder.save_checkpoint(
-            server_round,
-            self.state,
-            {
-                "best": self.best,
-                "accounts": json.dumps(self.strategy.accounts(), default=_plain),
-                "elapsed": time.perf_counter() - self.started,
-                "setup": self.setup_seconds,
-            },
-        )
-        _log_progress(self.cfg, row)
-        return MetricRecord(validation) if validation else None
-
-
-def _round_row(strategy: HeterogeneousStrategy, server_round: int) -> dict[str, Any]:
-    """What happened in a training round: its clients, its phases' seconds, its traffic and
-    the clients' example-weighted metrics."""
-    report = strategy.report
-    row: dict[str, Any] = {
-        "round": server_round,
-        "clients-sampled": report.sampled,
-        "clients-accepted": report.accepted,
-        "clients-dropped": len(report.dropped),
-        "seconds-train-phase": report.aggregate_started - report.started,
-        "seconds-aggregate": report.aggregate_ended - report.aggregate_started,
-        "seconds-client-training-sum": report.client_seconds,
-        "seconds-client-training-max": report.client_seconds_max,
-    }
-    row["bytes-down"], row["bytes-up"] = strategy.accounting.ledger.round_bytes(server_round)
-    metrics = strategy.round_metrics
-    if metrics is not None:
-        row |= {k: v for k, v in metrics.items() if isinstance(v, int | float)}
-    return row
-
-
 def _timing(rows: list[dict[str, Any]], setup: float, final: float) -> dict[str, float]:
     """Where the server's wall time went (client training is the sum over clients' own clocks,
     which overlap when clients run in parallel)."""
@@ -371,19 +229,3 @@ def _timing(rows: list[dict[str, Any]], setup: float, final: float) -> dict[str,
         "validation_seconds": total["seconds-evaluate"],
         "final_evaluation_seconds": final,
     }
-
-
-def _log_progress(cfg: RunConfig, row: dict[str, Any]) -> None:
-    accuracy = f"{100 * row[SELECTION_KEY]:.2f}%" if SELECTION_KEY in row else "-"
-    loss = f"{row[TRAIN_LOSS]:.4f}" if TRAIN_LOSS in row else "-"
-    log(
-        INFO,
-        "round %d/%d | clients %d/%d | train loss %s | val acc %s | %.1f s",
-        row["round"],
-        cfg.num_server_rounds,
-        row["clients-accepted"],
-        row["clients-sampled"],
-        loss,
-        accuracy,
-        row["seconds"],
-    )

@@ -94,7 +94,8 @@ class LocalTraining:
 @dataclass(frozen=True)
 class RoundPlan:
     """What the server's rounds follow: their number, the seeded cohorts, the wait for replies,
-    the cap on one node's aggregation weight and the learning-rate schedule."""
+    the cap on one node's aggregation weight, the learning-rate schedule and the validation
+    cadence."""
 
     num_server_rounds: int
     num_clients: int
@@ -106,6 +107,7 @@ class RoundPlan:
     max_weight_share: float
     learning_rate: float
     lr_schedule: str
+    eval_every: int  # validation every this many rounds, and after the last
 
     @property
     def cohort_size(self) -> int:
