@@ -33,7 +33,10 @@ SMOKES = [
     (["benchmarks/model_space_training_step.py", "--smoke"], "Inference", 300),
     (["benchmarks/model_space_ga.py", "--smoke", "--workers", "1"], "unique architectures", 300),
     (
-        ["scripts/capacity_probe.py", "--run-config", "conf/quickstart.toml", "--epochs", "1"],
+        [
+            "scripts/capacity_probe.py",
+            *("--run-config", "conf/quickstart.toml", "--variants", "0", "--epochs", "1"),
+        ],
         "epoch  1",
         300,
     ),
