@@ -91,7 +91,7 @@ def data_layout(cfg: RunConfig) -> DataLayout:
     shared by every method of a comparison), the only case that loads FEAST's model space."""
     source = piece(DataSource, cfg)
     floor = 0.0
-    if cfg.budget_rng == "authors":  # the only runs that load FEAST's model space for it
+    if cfg.budget_rng == "authors":
         from fedapp.run.feast_space import smallest_variant_macs
 
         floor = float(smallest_variant_macs(cfg.supernet, cfg.variant_cache, dataset_info(source)))

@@ -36,8 +36,8 @@ class BudgetDraw:
 @dataclass(frozen=True)
 class DataLayout:
     """Everything that decides who holds which examples, and nothing else: server and clients
-    cut the same splits from it, and the caches below are keyed on it (a key that shapes the split
-    is a field here, so it cannot be left out of a cache's key)."""
+    cut the same splits from it, and fedapp.run.federated_data's caches (a device's shard files
+    included) are keyed on it, so a key that shapes the split cannot be left out of their key."""
 
     source: DataSource
     seed: int
