@@ -114,14 +114,15 @@ def _accounts_summaries(tree: ast.Module) -> list[int]:
 
 
 def test_the_run_adds_the_accounting_once_and_no_method_adds_it_itself() -> None:
-    """summary.json's accounting (and communication.csv) comes from the ServerApp, once per
-    run: a method that added it too would write the file twice."""
+    """summary.json's accounting (and communication.csv) comes from the round engine's final
+    test, once per run: a method that added it too would write the file twice."""
+    engine = "methods/common/round_engine.py"
     by_module = {module: _accounts_summaries(tree) for module, tree in _modules(*NAME_USERS)}
-    assert len(by_module["apps/server_app.py"]) == 1
+    assert len(by_module[engine]) == 1
     in_methods = [
         f"{module}:{line}"
         for module, lines in by_module.items()
-        if module != "apps/server_app.py"
+        if module != engine
         for line in lines
     ]
     assert not in_methods, f"a method adds the run's accounting itself: {in_methods}"
