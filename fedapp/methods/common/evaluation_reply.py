@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from flwr.app import Message, MetricRecord, RecordDict
 from torch import nn
 
-from fedapp.data.registry import DatasetInfo
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.models.families import Candidate
 from fedapp.run.context import RunContext
@@ -39,13 +38,12 @@ def evaluation_reply(
     model: nn.Module,
     message: Message,
     run: RunContext,
-    info: DatasetInfo,
     extra: Mapping[str, int | float] | None = None,
 ) -> RecordDict:
     """The model's accuracy and loss on the split the message names, plus ``extra`` metrics."""
     data = server_set(run.data, str(message.content[CONFIG][EVAL_SPLIT]))
     result = evaluate(
-        model, eval_loader(data, info, EVAL_BATCH_SIZE), resolve_device(run.training.device)
+        model, eval_loader(data, run.info, EVAL_BATCH_SIZE), resolve_device(run.training.device)
     )
     metrics = {
         NUM_EXAMPLES: int(result["examples"]),

@@ -50,4 +50,4 @@ def evaluate_own_model(message: Message, run: RunContext, node: LocalNode) -> Re
     info = run.info
     model, _ = load_own_model(run, node, info)
     costs = candidate_costs(own_candidate(run, info, node.budget))
-    return evaluation_reply(model, message, run, info, costs)
+    return evaluation_reply(model, message, run, costs)

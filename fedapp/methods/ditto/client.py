@@ -116,4 +116,4 @@ def evaluate_personal(message: Message, run: RunContext, node: LocalNode) -> Rec
     info = run.info
     model = build_model(run.model, info)
     load_state(model, kept)
-    return evaluation_reply(model, message, run, info)
+    return evaluation_reply(model, message, run)

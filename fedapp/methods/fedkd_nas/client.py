@@ -363,4 +363,4 @@ def evaluate_student(message: Message, run: RunContext, node: LocalNode) -> Reco
     model = build_candidate(history.incumbent, info)
     load_state(model, weights)
     costs = candidate_costs(describe(history.incumbent, info, run.training.batch_size))
-    return evaluation_reply(model, message, run, info, costs)
+    return evaluation_reply(model, message, run, costs)
