@@ -93,7 +93,7 @@ def validation_seconds(threads: int) -> float:
     state = {k: v.numpy() for k, v in model.state_dict().items()}
     evaluator = point_evaluator(run_context(cfg))
     validation = server_set(data_layout(cfg), "validation")
-    anchors = space.anchors(cfg.anchor_variants)
+    anchors = space.anchors(run_context(cfg).feast_space.anchor_variants)
     start = time.perf_counter()
     evaluator.variants(space.config, space.cache, state, anchors, validation)
     return time.perf_counter() - start

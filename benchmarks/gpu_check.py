@@ -130,11 +130,15 @@ def main() -> None:
         "calibration-size": held,
         "validation-size": held,
         "partitioner": "iid",
-        "anchor-variants": "0,55",
+        "feast-space.anchor-variants": "0,55",
         "device": "cpu" if args.smoke else "auto",
     }
     if args.smoke:  # the preset's method section goes through, on a supernet a CPU trains fast
-        config |= {"supernet": "feast-small", "variant-cache": "feast-small", "anchor-variants": ""}
+        config |= {
+            "feast-space.supernet": "feast-small",
+            "feast-space.variant-cache": "feast-small",
+            "feast-space.anchor-variants": "",
+        }
     node_cpus = max((os.cpu_count() or 2) // args.nodes, 1)
     federation = (
         f"num-supernodes={args.clients} client-resources-num-cpus={min(2, node_cpus)} "

@@ -32,7 +32,7 @@ from fedapp.evaluation.results import (
     read_text_whole,
     unreadable,
 )
-from fedapp.methods.common.client_held import CLIENTS_FILE
+from fedapp.methods.common.evaluators import CLIENTS_FILE
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,11 +3,13 @@ without compatibility code.
 
 Two things changed since the kept runs in docs/results were made:
 
-- **Method sections**: a method's keys were flat run-config keys (``kd-alpha``,
-  ``fiarse-grid-points``); they are now ``<section>.<key>`` (``fedkd-nas.kd-weight``,
-  ``fiarse.grid-points``). Keys added since (``tensorboard``, ``max-weight-share``) get the value
-  the run behaved as. config.json is rewritten as today's ServerApp writes it, after today's
-  checks accept it.
+- **Sections**: a method's keys were flat run-config keys (``kd-alpha``, ``fiarse-grid-points``);
+  they are now ``<section>.<key>`` (``fedkd-nas.kd-weight``, ``fiarse.grid-points``), and the keys
+  of a model space several methods share are a shared section (``supernet`` is
+  ``feast-space.supernet``, ``substrate`` is ``substrate.supernet``, ``nas-family`` is
+  ``candidates.family``; FEAST's ``routing`` is ``feast.routing``). Keys added since
+  (``tensorboard``, ``max-weight-share``) get the value the run behaved as. config.json is
+  rewritten as today's ServerApp writes it, after today's checks accept it.
 - **Intervals**: summary.json gained ``test_images`` and a 95 % Wilson interval beside every test
   and population accuracy, and every operating point (summary.json's ``variants``,
   variants.csv) its ``ci95_low``/``ci95_high``. A run without them gets them from the size of
@@ -39,7 +41,7 @@ from fedapp.run.config import ConfigError, parse_run_config
 from fedapp.run.context import data_layout
 from fedapp.run.federated_data import server_set
 
-#: Flat keys before method sections -> their key(s) in today's sections.
+#: Flat keys before sections -> their key(s) in today's sections.
 SECTIONED_KEYS: dict[str, tuple[str, ...]] = {
     "training-rule": ("feast.training-rule",),
     "kd-weight": ("feast.kd-weight",),
@@ -87,9 +89,15 @@ SECTIONED_KEYS: dict[str, tuple[str, ...]] = {
     "scalefl-kd-gamma": ("scalefl.kd-weight",),
     "scalefl-kd-temperature": ("scalefl.kd-temperature",),
     "scalefl-kd-form": ("scalefl.kd-form",),
+    "supernet": ("feast-space.supernet",),
+    "variant-cache": ("feast-space.variant-cache",),
+    "anchor-variants": ("feast-space.anchor-variants",),
+    "routing": ("feast.routing",),
+    "substrate": ("substrate.supernet",),
+    "nas-family": ("candidates.family",),
 }
 #: Keys added after runs were kept, with the value those runs behaved as.
-LATER_KEYS: dict[str, Any] = {"tensorboard": False, "max-weight-share": 1.0}
+LATER_KEYS: dict[str, Any] = {"tensorboard": False, "max-weight-share": 1.0, "budget-floor": 0.0}
 
 
 def current_config(saved: Mapping[str, Any]) -> dict[str, Any]:

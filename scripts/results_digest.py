@@ -38,7 +38,10 @@ SHARED = [
     "allocation-cap=4.2e6",
 ]
 COMPARISONS = {
-    "weight-sharing-mnist5k": {"variant-cache": "feast-small-digits", "fiarse.grid-points": 3},
+    "weight-sharing-mnist5k": {
+        "feast-space.variant-cache": "feast-small-digits",
+        "fiarse.grid-points": 3,
+    },
     "fedkd-mnist5k": {
         "public-size": 100,
         "validation-size": 200,

@@ -204,11 +204,6 @@ def points_validation(
     return metrics
 
 
-def point_result(row: Mapping[str, Any], data: ImageArrays) -> dict[str, float]:
-    """One operating point's row as the strategy's ``evaluate`` result."""
-    return {"loss": row["loss"], "accuracy": row["accuracy"], "examples": len(data.labels)}
-
-
 def population_accuracy(
     served: Mapping[int, int], budgets: Mapping[int, float], variants: Sequence[dict[str, Any]]
 ) -> tuple[float, float, list[dict[str, Any]]]:

@@ -3,9 +3,10 @@
 Defaults live in exactly one place, ``[tool.flwr.app.config]`` of ``pyproject.toml``, which Flower
 fuses with ``--run-config`` overrides; this module only types and checks what arrives. Run-wide keys
 are fields of :class:`RunConfig`; the keys one method reads are its section (``settings.py`` of its
-folder, named by its row of the method table), spelled ``<section>.<key>``. A user error becomes a
-:class:`ConfigError` whose message names the key, the value given and what is allowed, so the apps
-can stop before any training without a traceback.
+folder, named by its row of the method table), spelled ``<section>.<key>``; the keys of a model
+space several methods share are a shared section (``feast-space``, ``substrate``, ``candidates``, in
+fedapp.run.pieces). A user error becomes a :class:`ConfigError` whose message names the key, the
+value given and what is allowed, so the apps can stop before any training without a traceback.
 """
 
 from __future__ import annotations
@@ -22,12 +23,10 @@ from flwr.common.config import flatten_dict, get_fused_config_from_dir
 
 from fedapp.data.registry import DATASET_NAMES
 from fedapp.method_table import METHODS, settings_class, settings_classes
-from fedapp.models.arch import CACHES_DIR, SUPERNETS_DIR, yaml_names
-from fedapp.models.families import FAMILY_NAMES
 from fedapp.models.zoo import model_names
 from fedapp.partitions.budgets import RNG_KINDS
 from fedapp.partitions.factory import PARTITIONER_NAMES
-from fedapp.run.pieces import cohort_size
+from fedapp.run.pieces import SHARED_SECTIONS, cohort_size
 from fedapp.sections import (
     Section,
     at_least,
@@ -81,6 +80,9 @@ class RunConfig:
     budget_max: float = setting(positive(), protocol=True)
     zipf_s: float = setting(at_least(0), protocol=True)
     budget_rng: str = setting(one_of(RNG_KINDS), protocol=True)
+    #: Every drawn budget is raised to at least this many MACs (0: none); a method that cannot
+    #: serve a budget below its smallest model refuses a run whose budgets could fall below it.
+    budget_floor: float = setting(at_least(0), protocol=True)
     cohort_rng: str = setting(one_of(RNG_KINDS), protocol=True)
     gamma: float = setting(at_least(0), protocol=True)
     allocation_cap: float = setting(positive(), protocol=True)
@@ -96,20 +98,6 @@ class RunConfig:
     client_threads: int = setting(at_least(0))
     grad_clip: float = setting(positive())
     mix_batches: bool = setting(protocol=True)
-    # the model spaces: FEAST's supernet (also SuperFedNAS/DeepFedNAS), the ResNet18 substrate
-    # (HeteroFL, ScaleFL, FIARSE), the candidate family (FedKD-NAS, Local-KD, FedMD, FedDF,
-    # FedDistill)
-    supernet: str = setting(one_of(lambda: yaml_names(SUPERNETS_DIR)))
-    variant_cache: str = setting(one_of(lambda: yaml_names(CACHES_DIR)))
-    routing: bool = setting()
-    anchor_variants: str = setting(
-        (
-            lambda v: v == "" or all(p.strip().isdigit() for p in v.split(",")),
-            "empty (5 evenly spaced variants) or comma-separated cache indices like '0,3,9'",
-        )
-    )
-    substrate: str = setting(one_of(lambda: yaml_names(SUPERNETS_DIR)))
-    nas_family: str = setting(one_of(("auto", *FAMILY_NAMES)))
     # evaluation and outputs
     eval_every: int = setting(at_least(1), protocol=True)
     out_dir: str = setting()
@@ -122,7 +110,7 @@ class RunConfig:
     )
     resume: bool = setting()
     tensorboard: bool = setting()  # TensorBoard event files beside the run's files (server only)
-    #: Every method's settings section, in method-table order.
+    #: The shared sections (the model spaces), then every method's, in method-table order.
     sections: tuple[Section, ...] = field(default=(), metadata={"section": True})
 
     @property
@@ -135,7 +123,7 @@ class RunConfig:
         for section in self.sections:
             if type(section) is kind:
                 return section
-        raise LookupError(f"no method of the method table reads the section {kind.name!r}")
+        raise LookupError(f"no run-config section is the section {kind.name!r}")
 
     def resolved_out_dir(self) -> Path:
         """Absolute output folder: ``out-dir`` (``~`` expanded) or ``~/fedapp-runs`` if empty."""
@@ -264,7 +252,7 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     values = _parse_fields(run_fields(), "", run_config, problems)
     known = {key_of(f.name) for f in run_fields()}
     sections = []
-    for kind in settings_classes():
+    for kind in (*SHARED_SECTIONS, *settings_classes()):
         declared = fields(kind)
         parsed = _parse_fields(declared, f"{kind.name}.", run_config, problems)
         known |= {f"{kind.name}.{key_of(f.name)}" for f in declared}

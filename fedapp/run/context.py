@@ -9,7 +9,7 @@ apps, which parse it, place the run's files and resume runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -20,11 +20,14 @@ from fedapp.run.federated_data import dataset_info
 from fedapp.run.pieces import (
     BudgetDraw,
     CandidateFamily,
+    CandidatesSection,
     DataLayout,
     DataSource,
+    FeastSpaceSection,
     FeastSpaceSpec,
     LocalTraining,
     RoundPlan,
+    SubstrateSection,
 )
 from fedapp.sections import Section
 
@@ -60,8 +63,8 @@ class RunContext:
 
 
 def piece(kind: type[P], cfg: RunConfig, **given: Any) -> P:
-    """A piece filled from the run config by its field names (``given`` for the others, such as
-    the budget floor, which is derived)."""
+    """A piece filled from the run config by its field names (``given`` for the others: nested
+    pieces, and values read from a section)."""
     return kind(
         **{f.name: getattr(cfg, f.name) for f in fields(kind) if f.name not in given}, **given
     )
@@ -76,9 +79,9 @@ def run_context(cfg: RunConfig) -> RunContext:
         rounds=piece(RoundPlan, cfg),
         data=data_layout(cfg),
         training=piece(LocalTraining, cfg),
-        feast_space=piece(FeastSpaceSpec, cfg),
-        family=piece(CandidateFamily, cfg),
-        substrate=cfg.substrate,
+        feast_space=piece(FeastSpaceSpec, cfg, **asdict(cfg.section(FeastSpaceSection))),
+        family=piece(CandidateFamily, cfg, family=cfg.section(CandidatesSection).family),
+        substrate=cfg.section(SubstrateSection).supernet,
         model=cfg.model,
         settings=None if kind is None else cfg.section(kind),
     )
@@ -86,13 +89,5 @@ def run_context(cfg: RunConfig) -> RunContext:
 
 @lru_cache(maxsize=4)
 def data_layout(cfg: RunConfig) -> DataLayout:
-    """The run's data layout; under ``budget-rng = "authors"`` its budgets floor at the FEAST
-    variant cache's smallest variant for the data set (the FEAST authors' budget population,
-    shared by every method of a comparison), the only case that loads FEAST's model space."""
-    source = piece(DataSource, cfg)
-    floor = 0.0
-    if cfg.budget_rng == "authors":
-        from fedapp.run.feast_space import smallest_variant_macs
-
-        floor = float(smallest_variant_macs(cfg.supernet, cfg.variant_cache, dataset_info(source)))
-    return piece(DataLayout, cfg, source=source, budgets=piece(BudgetDraw, cfg, floor=floor))
+    """The run's data layout (the budget draw inside it)."""
+    return piece(DataLayout, cfg, source=piece(DataSource, cfg), budgets=piece(BudgetDraw, cfg))

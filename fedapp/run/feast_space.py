@@ -44,7 +44,7 @@ class ModelSpace:
             indices = sorted({int(p) for p in spec.split(",")})
             if indices[-1] >= len(self.cache):
                 raise ConfigError(
-                    f"run config 'anchor-variants' = {spec!r}: the cache has only "
+                    f"run config 'feast-space.anchor-variants' = {spec!r}: the cache has only "
                     f"{len(self.cache)} variants (indices 0..{len(self.cache) - 1})"
                 )
             return indices
@@ -64,20 +64,18 @@ def _space(supernet: str, cache: str, info: DatasetInfo) -> ModelSpace:
     return ModelSpace(config, variants, count(config, config.max_arch()).params)
 
 
-def smallest_variant_macs(supernet: str, variant_cache: str, info: DatasetInfo) -> int:
-    """Nominal MACs of the cache's cheapest variant on the data set."""
-    return _space(supernet, variant_cache, info).cache.min_macs
-
-
 def model_space(spec: FeastSpaceSpec, info: DatasetInfo) -> ModelSpace:
-    """The FEAST model space of a run; ConfigError if its budgets cannot afford the cache
-    (the authors' budget population raises low budgets to the cache's smallest variant)."""
+    """The FEAST model space of a run; ConfigError where a budget could fall below the cache's
+    smallest variant (the budget floor these methods declare: a client below it could train
+    nothing)."""
     space = _space(spec.supernet, spec.variant_cache, info)
-    if spec.budget_min < space.cache.min_macs and spec.budget_rng != "authors":
+    smallest = space.cache.min_macs
+    if max(spec.budget_min, spec.budget_floor) < smallest:
         raise ConfigError(
-            f"run config 'budget-min' = {spec.budget_min:,.0f} MACs is below the smallest variant "
-            f"of cache '{spec.variant_cache}' ({space.cache.min_macs:,} MACs on {info.name}): "
-            f"no client could train anything; set budget-min >= {space.cache.min_macs}"
+            f"run config 'budget-min' = {spec.budget_min:,.0f} MACs (with 'budget-floor' = "
+            f"{spec.budget_floor:,.0f}) lets budgets fall below the smallest variant of cache "
+            f"'{spec.variant_cache}' ({smallest:,} MACs on {info.name}): no client there could "
+            f"train anything; set budget-min or budget-floor >= {smallest}"
         )
     space.anchors(spec.anchor_variants)
     return space

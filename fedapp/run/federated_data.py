@@ -80,7 +80,7 @@ def client_budgets(draw: BudgetDraw) -> np.ndarray:
     budgets = zipf_budgets(
         draw.num_clients, draw.budget_min, draw.budget_max, draw.zipf_s, draw.seed, draw.budget_rng
     )
-    return np.maximum(budgets, draw.floor) if draw.floor > 0 else budgets
+    return np.maximum(budgets, draw.budget_floor) if draw.budget_floor > 0 else budgets
 
 
 @lru_cache(maxsize=4)

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedapp.models.arch import CACHES_DIR, SUPERNETS_DIR, yaml_names
+from fedapp.models.families import FAMILY_NAMES
+from fedapp.sections import Section, one_of, setting
+
 
 @dataclass(frozen=True)
 class DataSource:
@@ -20,9 +24,9 @@ class DataSource:
 @dataclass(frozen=True)
 class BudgetDraw:
     """Every client's compute budget (MACs): a seeded Zipf draw over ``budget_min`` to
-    ``budget_max``, each raised to ``floor`` (0, or under ``budget_rng = "authors"`` the FEAST
-    variant cache's smallest variant, as the FEAST authors' server does: their draw starts at the
-    CSV's 10-class minimum, just below the recount)."""
+    ``budget_max``, each raised to ``budget_floor`` (as the FEAST authors' server raises those
+    below its cache's smallest variant: their draw starts at the CSV's 10-class minimum, just
+    below the recount)."""
 
     num_clients: int
     budget_min: float
@@ -30,7 +34,7 @@ class BudgetDraw:
     zipf_s: float
     seed: int
     budget_rng: str
-    floor: float
+    budget_floor: float
 
 
 @dataclass(frozen=True)
@@ -56,23 +60,66 @@ class DataLayout:
 
 
 @dataclass(frozen=True)
+class FeastSpaceSection(Section):
+    """``feast-space.*``: the FEAST model space that FEAST and the SuperFedNAS/DeepFedNAS
+    transfers train."""
+
+    name = "feast-space"
+
+    supernet: str = setting(one_of(lambda: yaml_names(SUPERNETS_DIR)))
+    variant_cache: str = setting(one_of(lambda: yaml_names(CACHES_DIR)))
+    anchor_variants: str = setting(
+        (
+            lambda v: v == "" or all(p.strip().isdigit() for p in v.split(",")),
+            "empty (5 evenly spaced variants) or comma-separated cache indices like '0,3,9'",
+        )
+    )
+
+
+@dataclass(frozen=True)
+class SubstrateSection(Section):
+    """``substrate.*``: the ResNet18 layout that HeteroFL, ScaleFL and FIARSE scale."""
+
+    name = "substrate"
+
+    supernet: str = setting(one_of(lambda: yaml_names(SUPERNETS_DIR)))
+
+
+@dataclass(frozen=True)
+class CandidatesSection(Section):
+    """``candidates.*``: the model family the logit-exchange methods (FedKD-NAS, Local-KD,
+    FedMD, FedDistill) and FedDF choose their candidates from."""
+
+    name = "candidates"
+
+    family: str = setting(one_of(("auto", *FAMILY_NAMES)))
+
+
+#: The sections several methods share, parsed for every run like the methods' own.
+SHARED_SECTIONS: tuple[type[Section], ...] = (
+    FeastSpaceSection,
+    SubstrateSection,
+    CandidatesSection,
+)
+
+
+@dataclass(frozen=True)
 class FeastSpaceSpec:
-    """The run-config keys that choose and check the FEAST model space: the supernet, its cache,
-    the anchors validated each evaluation round, and the budget range it must afford."""
+    """What chooses and checks the FEAST model space: the supernet, its cache, the anchors
+    validated each evaluation round (``feast-space.*``), and the lowest budget it must afford."""
 
     supernet: str
     variant_cache: str
     anchor_variants: str
     budget_min: float
-    budget_rng: str
-    routing: bool  # FEAST sends each client its routed slice, not the whole supernet
+    budget_floor: float
 
 
 @dataclass(frozen=True)
 class CandidateFamily:
-    """The run-config keys that choose the logit-exchange methods' candidates."""
+    """What chooses the logit-exchange methods' candidates (``candidates.family``)."""
 
-    nas_family: str
+    family: str
     dataset: str
     batch_size: int  # a candidate's memory is counted at the run's batch size
 

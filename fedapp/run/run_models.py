@@ -39,15 +39,17 @@ def _sized(name: str, info: DatasetInfo) -> SupernetConfig:
 
 
 def substrate_config(substrate: str, info: DatasetInfo) -> SupernetConfig:
-    """The run's substrate (``substrate`` key) for the data set's channels, size and classes."""
+    """The run's substrate (``substrate.supernet``) sized to the data set's channels, image size
+    and classes."""
     return _sized(substrate, info)
 
 
 def run_family(family: CandidateFamily, info: DatasetInfo) -> str:
-    """The run's family: ``nas-family``, or for "auto" the backbone the paper uses for the data set
-    (MNIST-like -> lenet5, CIFAR-like -> mobilenetv2; other data: lenet5 for grey images)."""
-    if family.nas_family != "auto":
-        return family.nas_family
+    """The run's family: ``candidates.family``, or for "auto" the backbone the paper uses for the
+    data set (MNIST-like -> lenet5, CIFAR-like -> mobilenetv2; other data: lenet5 for grey
+    images)."""
+    if family.family != "auto":
+        return family.family
     if family.dataset in AUTO_FAMILY:
         return AUTO_FAMILY[family.dataset]
     return "lenet5" if info.channels == 1 else "mobilenetv2"

@@ -34,7 +34,7 @@ from fedapp.run.config import ConfigError, RunConfig, fused_run_config, parse_ru
 from fedapp.run.context import piece
 from fedapp.run.feast_space import ModelSpace
 from fedapp.run.federated_data import client_budgets
-from fedapp.run.pieces import BudgetDraw
+from fedapp.run.pieces import BudgetDraw, FeastSpaceSection
 from fedapp.training.co_training import plan_for
 
 APP_DIR = Path(__file__).resolve().parents[2]
@@ -86,22 +86,24 @@ class BudgetPlan:
 
 def budget_plan(cfg: RunConfig) -> BudgetPlan:
     """Budgets, passes, routed payloads and cohorts of ``cfg`` (FEAST routing, as configured)."""
-    config = load_supernet(cfg.supernet)
-    cache = load_cache(cfg.variant_cache, config=config)
+    keys = cfg.section(FeastSpaceSection)
+    config = load_supernet(keys.supernet)
+    cache = load_cache(keys.variant_cache, config=config)
     space = ModelSpace(config, cache, count(config, config.max_arch()).params)
-    floor = float(cache.min_macs) if cfg.budget_rng == "authors" else 0.0
-    budgets = client_budgets(piece(BudgetDraw, cfg, floor=floor))
+    budgets = client_budgets(piece(BudgetDraw, cfg))
     if budgets.min() < cache.min_macs:
         raise ConfigError(
-            f"run config 'budget-min' = {cfg.budget_min:,.0f} MACs is below the smallest variant "
-            f"of cache '{cfg.variant_cache}' ({cache.min_macs:,} MACs)"
+            f"run config 'budget-min' = {cfg.budget_min:,.0f} MACs (with 'budget-floor' = "
+            f"{cfg.budget_floor:,.0f}) lets budgets fall below the smallest variant of cache "
+            f"'{keys.variant_cache}' ({cache.min_macs:,} MACs)"
         )
     routes = [space.route(float(b)) for b in budgets]
     passes = [
         plan_for(space.cache, r.affordable, cfg.section(FeastSettings).training_rule).num_passes
         for r in routes
     ]
-    params = [r.params if cfg.routing else space.full_params for r in routes]
+    routing = cfg.section(FeastSettings).routing
+    params = [r.params if routing else space.full_params for r in routes]
     n = len(budgets)
     cohorts = [
         cohort_indices(cfg.cohort_rng, cfg.seed, rnd, n, min(cfg.cohort_size, n))
@@ -115,9 +117,10 @@ def report(cfg: RunConfig, below: list[float]) -> dict[str, Any]:
     """The JSON of ``fedapp budgets``."""
     plan = budget_plan(cfg)
     by_passes = Counter(plan.passes)
+    keys = cfg.section(FeastSpaceSection)
     return {
-        "supernet": cfg.supernet,
-        "variant_cache": cfg.variant_cache,
+        "supernet": keys.supernet,
+        "variant_cache": keys.variant_cache,
         "budget_rng": cfg.budget_rng,
         "cohort_rng": cfg.cohort_rng,
         "budgets": [float(b) for b in plan.budgets],

@@ -11,6 +11,7 @@ from local_grid import run_local
 
 from fedapp.evaluation.intervals import wilson_interval
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.pieces import FeastSpaceSection
 from fedapp.tools.compare import (
     COMPARISONS_DIR,
     EFFICIENCY_FILE,
@@ -73,7 +74,8 @@ def test_shared_changes_apply_to_every_method() -> None:
     assert {c.seed for c in configs} == {7}
     assert {c.partitioner for c in configs} == {"dirichlet"}
     assert [c.strategy for c in configs] == list(comparison.strategies)
-    assert configs[1].variant_cache == "feast-small-digits"  # a method knob stays per method
+    # a method knob stays per method
+    assert configs[1].section(FeastSpaceSection).variant_cache == "feast-small-digits"
     assert parse_assignment('dataset="digits"') == ("dataset", "digits")
     assert parse_assignment("fraction-train=0.5") == ("fraction-train", 0.5)
 

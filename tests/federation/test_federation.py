@@ -213,7 +213,7 @@ def test_each_round_pushes_its_heaviest_clients_first(tmp_path) -> None:
     """Examples x payload parameters, descending (the payloads differ by budget under FEAST)."""
     shrunk_quickstart = preset_overrides("quickstart") | {
         "dataset": "digits",
-        "variant_cache": "feast-small-digits",
+        "feast_space__variant_cache": "feast-small-digits",
         "budget_min": 2e5,
         "budget_max": 6e6,
         "allocation_cap": 4.2e6,

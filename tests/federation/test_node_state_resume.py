@@ -59,7 +59,7 @@ METHODS = {
     },
     "local-kd": {
         "strategy": "local-kd",
-        "nas_family": "lenet5",
+        "candidates__family": "lenet5",
         "public_size": 200,
         "fedkd_nas__teacher_epochs": 2,
         "fedkd_nas__duel_every": 2,

@@ -21,7 +21,7 @@ from fedapp.models.routing import envelope
 from fedapp.run.config import ConfigError, parse_run_config
 from fedapp.run.context import data_layout, run_context
 from fedapp.run.feast_space import model_space
-from fedapp.run.federated_data import population
+from fedapp.run.federated_data import client_budgets, population
 from fedapp.training.co_training import co_training_gradients, plan_for
 from fedapp.training.loops import optimizer_step
 from fedapp.wire.records import from_record, to_record
@@ -120,9 +120,12 @@ def test_one_optimizer_step_per_minibatch_with_summed_clipped_gradients() -> Non
     assert any("stages.0.0.conv1" in k for k in changed)
 
 
-def test_budget_below_the_smallest_variant_is_a_config_error() -> None:
+def test_budget_below_the_smallest_variant_is_a_config_error_unless_floored() -> None:
     with pytest.raises(ConfigError, match="below the smallest variant"):
         _space(budget_min=1e3, partitioner="iid")
+    cfg, space = _space(budget_min=1e3, budget_floor=DIGITS_FEAST["budget_min"], partitioner="iid")
+    assert space.cache.min_macs <= cfg.budget_floor  # every budget affords the smallest variant
+    assert min(client_budgets(run_context(cfg).data.budgets)) == cfg.budget_floor
 
 
 def test_two_round_federation_with_sparse_aggregation(tmp_path, caplog) -> None:

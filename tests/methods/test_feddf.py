@@ -26,7 +26,7 @@ CPU = torch.device("cpu")
 FEDDF_DIGITS = {
     "strategy": "feddf",
     "dataset": "digits",
-    "nas_family": "lenet5",
+    "candidates__family": "lenet5",
     "num_clients": 4,
     "fraction_train": 1.0,
     "num_server_rounds": 2,

@@ -32,7 +32,7 @@ from fedapp.models.masks import (
     value_costs,
 )
 from fedapp.run.config import ConfigError, RunConfig, parse_run_config
-from fedapp.run.context import data_layout, piece
+from fedapp.run.context import data_layout, piece, run_context
 from fedapp.run.federated_data import client_budgets, population
 from fedapp.run.pieces import BudgetDraw
 from fedapp.run.run_models import substrate_config
@@ -181,7 +181,7 @@ DIGITS_FIARSE = {
 def test_effective_macs_of_the_full_model_equal_the_analytic_count() -> None:
     cfg = parse_run_config(run_config(**DIGITS_FIARSE))
     info = population(data_layout(cfg)).info
-    config = substrate_config(cfg.substrate, info)
+    config = substrate_config(run_context(cfg).substrate, info)
     model = full_model(config)
     costs = value_costs(model, torch.zeros(1, info.channels, info.image_size, info.image_size))
     family = MaskFamily.of({k: v.numpy() for k, v in model.state_dict().items()}, costs)
@@ -322,11 +322,9 @@ def test_the_classifier_keeps_weights_at_the_smallest_budget_of_every_preset(pre
     cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in values.items()}))
     channels, size, classes = _SHAPES[cfg.dataset]
     info = DatasetInfo(cfg.dataset, classes, channels, size, (0.0,), (1.0,), "none", True)
-    # the raw Zipf draw: at most the run's smallest budget (the authors' population raises low
-    # budgets to the cache's minimum, which needs the data set; CIFAR-100 is not here)
-    smallest = float(min(client_budgets(piece(BudgetDraw, cfg, floor=0.0))))
+    smallest = float(min(client_budgets(piece(BudgetDraw, cfg))))  # its floor included
     for init in ("fedapp", "pytorch-default"):
-        model = full_model(substrate_config(cfg.substrate, info), seed=cfg.seed)
+        model = full_model(substrate_config(run_context(cfg).substrate, info), seed=cfg.seed)
         if init == "pytorch-default":
             torch.manual_seed(cfg.seed)
             _pytorch_default_init(model)

@@ -213,7 +213,7 @@ def test_never_trained_node_is_left_out_of_the_client_mean() -> None:
     messages = strategy.configure_round(1, strategy.initial_state(), grid)
     strategy.aggregate_round(1, grid.send_and_receive(messages))
     trained = sorted(nodes.profiles[m.metadata.dst_node_id].partition_id for m in messages)
-    mean, rows = strategy.client_mean("validation")
+    mean, rows = strategy.evaluator.mean("validation")
     assert len(trained) == 2 and [row["partition"] for row in rows] == trained
     assert mean["accuracy"] == pytest.approx(np.mean([row["accuracy"] for row in rows]))
 

@@ -31,7 +31,7 @@ from fedapp.wire.messages import NUM_EXAMPLES
 DIGITS_SCALEFL = {
     "strategy": "scalefl",
     "dataset": "digits",
-    "substrate": "resnet18-small",
+    "substrate__supernet": "resnet18-small",
     "num_clients": 4,
     "fraction_train": 1.0,
     "budget_min": 1e5,

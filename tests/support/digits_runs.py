@@ -9,7 +9,7 @@ from typing import Any
 DIGITS_FEAST: dict[str, Any] = {
     "strategy": "feast",
     "dataset": "digits",
-    "variant_cache": "feast-small-digits",
+    "feast_space__variant_cache": "feast-small-digits",
     "budget_min": 2e5,
     "budget_max": 6e6,
     "allocation_cap": 4.2e6,
@@ -28,7 +28,7 @@ SMALL_FEDAVG: dict[str, Any] = {"num_clients": 4, "fraction_train": 0.75, "local
 #: with seed 42: x0.25 7,720, x0.5 19,260, x1.0 66,600, x2.0 245,520 MACs), all in every round.
 DIGITS_FEDKD_NAS: dict[str, Any] = {
     "dataset": "digits",
-    "nas_family": "lenet5",
+    "candidates__family": "lenet5",
     "partitioner": "iid",
     "budget_min": 1e4,
     "budget_max": 3e5,

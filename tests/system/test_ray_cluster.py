@@ -19,7 +19,7 @@ from fedapp.tools.launcher import APP_DIR
 #: 8x8 digits with 4 clients, all of them every round, so both nodes' actors get work.
 SHRUNK_QUICKSTART = {
     "dataset": "digits",
-    "variant-cache": "feast-small-digits",
+    "feast-space.variant-cache": "feast-small-digits",
     "budget-min": 2e5,
     "budget-max": 6e6,
     "allocation-cap": 4.2e6,

@@ -18,6 +18,7 @@ from fedapp.run.config import (
     protocol_keys,
     replace,
 )
+from fedapp.run.pieces import SHARED_SECTIONS
 
 
 def test_every_field_has_a_pyproject_default_and_nothing_else() -> None:
@@ -26,12 +27,12 @@ def test_every_field_has_a_pyproject_default_and_nothing_else() -> None:
     assert declared == set(parse_run_config(run_config()).as_run_config())
 
 
-def test_each_method_section_is_a_pyproject_table_of_dotted_keys() -> None:
+def test_each_section_is_a_pyproject_table_of_dotted_keys() -> None:
     pyproject = tomllib.loads((APP_DIR / "pyproject.toml").read_text())
     tables = {
         k for k, v in pyproject["tool"]["flwr"]["app"]["config"].items() if isinstance(v, dict)
     }
-    assert tables == {kind.name for kind in settings_classes()}
+    assert tables == {kind.name for kind in (*SHARED_SECTIONS, *settings_classes())}
     cfg = parse_run_config(run_config(fiarse__grid_points=5, fedkd_nas__lambda=0.25))
     assert cfg.section(FiarseSettings).grid_points == 5
     assert cfg.section(FedKDNASSettings).lambda_ == 0.25
@@ -52,7 +53,7 @@ def test_shared_ideas_keep_one_name_in_every_section() -> None:
 
 def test_every_method_reads_the_section_its_row_names() -> None:
     cfg = parse_run_config(run_config())
-    assert {type(section) for section in cfg.sections} == set(settings_classes())
+    assert {type(section) for section in cfg.sections} == {*SHARED_SECTIONS, *settings_classes()}
     for name in METHODS:
         kind = settings_class(name)
         assert kind is None or isinstance(cfg.section(kind), kind)

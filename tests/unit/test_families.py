@@ -104,12 +104,12 @@ def _family(**overrides: object) -> CandidateFamily:
 def test_auto_family_follows_the_data_set_and_the_key_is_checked() -> None:
     assert run_family(_family(dataset="digits"), DIGITS) == "lenet5"
     assert run_family(_family(dataset="cifar10"), DIGITS) == "mobilenetv2"  # the paper's pick
-    assert run_family(_family(nas_family="shufflenetv2"), DIGITS) == "shufflenetv2"
-    own_files = CandidateFamily(nas_family="auto", dataset="npz", batch_size=32)
+    assert run_family(_family(candidates__family="shufflenetv2"), DIGITS) == "shufflenetv2"
+    own_files = CandidateFamily(family="auto", dataset="npz", batch_size=32)
     assert run_family(own_files, DIGITS) == "lenet5"  # other data: by its channels
     assert run_family(own_files, CIFAR) == "mobilenetv2"
-    with pytest.raises(ConfigError, match="nas-family"):
-        parse_run_config(run_config(nas_family="vgg"))
+    with pytest.raises(ConfigError, match=r"candidates\.family"):
+        parse_run_config(run_config(candidates__family="vgg"))
 
 
 def test_model_key_accepts_candidates_through_one_builder() -> None:

@@ -9,8 +9,7 @@ from flwr.common.config import flatten_dict
 from local_grid import APP_DIR, run_config
 
 from fedapp.run.config import fused_run_config, parse_run_config
-from fedapp.run.context import piece
-from fedapp.run.pieces import FeastSpaceSpec
+from fedapp.run.context import run_context
 
 PRESETS = sorted((APP_DIR / "conf").glob("*.toml"))
 
@@ -46,10 +45,12 @@ def test_gpu_feast_presets_afford_their_cache(name) -> None:
     cfg = parse_run_config(run_config(**{k.replace("-", "_"): v for k, v in overrides.items()}))
     classes, channels, size = HUB_SHAPES[cfg.dataset]
     info = DatasetInfo(cfg.dataset, classes, channels, size, (0.5,) * 3, (0.25,) * 3, "cifar", True)
-    space = model_space(piece(FeastSpaceSpec, cfg), info)  # loads no data set
+    spec = run_context(cfg).feast_space
+    space = model_space(spec, info)  # loads no data set
     assert len(space.cache) == 56
     if cfg.budget_rng == "authors":  # their draw starts just below the cache, then is raised
         assert 0 < space.cache.min_macs - cfg.budget_min < 10_000
+        assert cfg.budget_floor == space.cache.min_macs
     else:
         assert space.cache.min_macs == cfg.budget_min
-    assert space.anchors(cfg.anchor_variants) == [0, 3, 22, 38, 55]
+    assert space.anchors(spec.anchor_variants) == [0, 3, 22, 38, 55]

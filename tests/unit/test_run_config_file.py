@@ -46,7 +46,7 @@ def test_method_sections_and_every_value_type_survive_flowers_parser(tmp_path: P
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({"anchor-variants": [0, 9]}, "needs to be of type"),
+        ({"feast-space": {"anchor-variants": [0, 9]}}, "needs to be of type"),
         ({"fiarse": 3, "fiarse.grid-points": 3}, "both a value and a section"),
     ],
 )

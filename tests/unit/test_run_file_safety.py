@@ -243,6 +243,7 @@ _OTHER_VALUES: dict[str, Any] = {
     "budget-max": 5e7,
     "zipf-s": 0.5,
     "budget-rng": "authors",
+    "budget-floor": 4e6,
     "cohort-rng": "authors",
     "gamma": 0.5,
     "allocation-cap": 2e7,
@@ -259,13 +260,12 @@ def _with(tmp_path: Path, **changes: Any):
 
 
 def _config_keys(piece: dict[str, Any]) -> set[str]:
-    """The run-config keys a piece (as a dict, nested pieces flattened) holds; the budget floor
-    is derived from the config, not a key of it."""
+    """The run-config keys a piece (as a dict, nested pieces flattened) holds."""
     keys: set[str] = set()
     for name, value in piece.items():
         if isinstance(value, dict):
             keys |= _config_keys(value)
-        elif name != "floor":
+        else:
             keys.add(key_of(name))
     return keys
 
@@ -283,19 +283,9 @@ def test_every_key_of_the_data_layout_names_another_cache_file(tmp_path: Path) -
         changed = _with(tmp_path, **{key: _OTHER_VALUES[key]})
         assert shard_cache_path(data_layout(changed), 0) == path, key
     assert shard_cache_path(data_layout(_with(tmp_path, **{"learning-rate": 0.5})), 0) == path
-    # under budget-rng = "authors" the cache's smallest variant floors the budgets: a supernet
-    # with another floor cuts other shards, a cache with the same floor the same ones
-    authors = data_layout(_with(tmp_path, **{"budget-rng": "authors"}))
-    other_floor = data_layout(
-        _with(tmp_path, **{"budget-rng": "authors", "supernet": "feast-fmnist"})
-    )
-    same_floor = data_layout(
-        _with(tmp_path, **{"budget-rng": "authors", "variant-cache": "feast-small-digits"})
-    )
-    assert other_floor.budgets.floor != authors.budgets.floor == same_floor.budgets.floor > 0
-    assert shard_cache_path(other_floor, 0) != shard_cache_path(authors, 0)
-    assert shard_cache_path(same_floor, 0) == shard_cache_path(authors, 0)
-    assert shard_cache_path(data_layout(_with(tmp_path, supernet="feast-fmnist")), 0) == path
+    # a method's model space cuts no shard: the budgets' floor is a key of its own
+    other_supernet = _with(tmp_path, **{"feast-space.supernet": "feast-fmnist"})
+    assert shard_cache_path(data_layout(other_supernet), 0) == path
 
 
 def test_a_changed_data_file_is_never_served_from_the_cache(tmp_path: Path, monkeypatch) -> None:

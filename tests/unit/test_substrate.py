@@ -13,6 +13,7 @@ from fedapp.models.counter import count
 from fedapp.models.elastic_resnet import ElasticResNet, ResNet, state_shapes
 from fedapp.models.substrate import width_arch
 from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.context import run_context
 from fedapp.run.run_models import substrate_config
 
 HETEROFL_RATES = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
@@ -102,9 +103,9 @@ def test_width_arch_rejects_unknown_rates() -> None:
 
 def test_run_substrate_is_sized_to_the_data_set_and_checked() -> None:
     cfg = parse_run_config(run_config())
-    assert cfg.substrate == "resnet18-small"
+    assert run_context(cfg).substrate == "resnet18-small"
     info = DatasetInfo("digits", 10, 1, 8, (0.5,), (0.25,), "none", False)
-    sized = substrate_config(cfg.substrate, info)
+    sized = substrate_config(run_context(cfg).substrate, info)
     assert (sized.in_channels, sized.image_size, sized.num_classes) == (1, 8, 10)
-    with pytest.raises(ConfigError, match=r"'substrate' = 'resnet19'.*resnet18-cifar"):
-        parse_run_config(run_config(substrate="resnet19"))
+    with pytest.raises(ConfigError, match=r"'substrate.supernet' = 'resnet19'.*resnet18-cifar"):
+        parse_run_config(run_config(substrate__supernet="resnet19"))

@@ -2,7 +2,7 @@
 message names (Ditto's personal models, FedMD/FedDistill's kept models, FedKD-NAS's students).
 
 Every such evaluator answers the same metrics, so the server averages them alike
-(``HeterogeneousStrategy.client_mean``).
+(``fedapp.methods.common.evaluators.ClientModels``).
 """
 
 from __future__ import annotations

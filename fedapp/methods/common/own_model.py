@@ -1,9 +1,9 @@
 """The one model a logit-exchange client owns (FedMD, FedDistill): chosen, kept, evaluated.
 
-These methods exchange predictions, never weights, so each client's model lives only on the
-client: it is the largest candidate of the run's family (``nas-family``) that the client's budget
+These methods exchange predictions, never weights, so each client's model lives only on the client:
+it is the largest candidate of the run's family (``candidates.family``) that the client's budget
 affords, built once, and kept across rounds in the node's Flower state. The server asks for its
-accuracy through EVALUATE messages (``HeterogeneousStrategy.client_evaluation``).
+accuracy through EVALUATE messages (``evaluators.ClientModels``).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ class RoundEngine:
         recorder.save_state(FINAL_MODEL_FILE, self.state)
         best_state = RunRecorder.load_state(self.run_dir / BEST_MODEL_FILE)
         with announce_points("final test"):
-            report = self.strategy.test_summary(best_state, test, self.run_dir)
+            report = self.strategy.evaluator.test_summary(best_state, test, self.run_dir)
         accounts = self.strategy.accounting.summary(
             self.run_dir, self.strategy.params_by_client(best_state)
         )
@@ -162,7 +162,7 @@ class RoundEnd:
         last = self.rounds.num_server_rounds
         if server_round % self.rounds.eval_every == 0 or server_round == last:
             evaluation_start = time.perf_counter()
-            validation = self.strategy.validation_metrics(self.state, self.validation)
+            validation = self.strategy.evaluator.validation_metrics(self.state, self.validation)
             row |= validation
             row["seconds-evaluate"] = time.perf_counter() - evaluation_start
             if row[SELECTION_KEY] > self.best[SELECTION_KEY]:

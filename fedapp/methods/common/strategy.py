@@ -1,11 +1,11 @@
 """Base of every fedapp server strategy: a Flower ``Strategy`` whose messages differ per node.
 
-A method only says what each node receives (``train_payload``, ``train_config``) and how valid
-replies become the new global state (``aggregate``). Flower's hooks (``configure_train``,
-``aggregate_train``) compose the rest the same way for all of them, so ``Strategy.start`` runs
-any method: a seeded cohort (``CohortSampler``), one message per node, every reply checked
-against what was sent and what the server knows of its node (``check_round``: a bad one is
-dropped with a logged reason), each node's share of the round's weight capped where
+A method only says what each node receives (``train_payload``, ``train_config``), how valid replies
+become the new global state (``aggregate``) and how it is measured (``evaluator``). Flower's hooks
+(``configure_train``, ``aggregate_train``) compose the rest the same way for all of them, so
+``Strategy.start`` runs any method: a seeded cohort (``CohortSampler``), one message per node, every
+reply checked against what was sent and what the server knows of its node (``check_round``: a bad
+one is dropped with a logged reason), each node's share of the round's weight capped where
 ``max-weight-share`` says so, an aggregate that is not finite refused, and each accepted
 client-round recorded once in the run's accounts (``RunAccounts``).
 """
@@ -18,7 +18,6 @@ from abc import abstractmethod
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,12 +26,11 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.accounting import RunAccounts
 from fedapp.evaluation.operating_points import PointEvaluator
 from fedapp.method_table import strategy_class
-from fedapp.methods.common.client_evaluation import client_evaluation, unweighted_mean
 from fedapp.methods.common.cohort import CohortSampler
+from fedapp.methods.common.evaluators import Evaluator, State
 from fedapp.methods.common.reply_validation import (
     ArraySpec,
     ReplySchema,
@@ -49,20 +47,15 @@ from fedapp.run.pieces import RoundPlan
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import resolve_device
 from fedapp.wire.messages import (
-    ACCURACY,
     ARRAYS,
     CONFIG,
     DATA_FACTS,
     LEARNING_RATE,
-    LOSS,
     NUM_EXAMPLES,
-    SELECTION_KEY,
     SERVER_ROUND,
     TRAIN_SECONDS,
 )
 from fedapp.wire.records import from_record, to_record
-
-State = dict[str, np.ndarray]
 
 
 @dataclass
@@ -104,6 +97,10 @@ class HeterogeneousStrategy(Strategy):
         self._sent: dict[int, tuple[int, int]] = {}  # node id -> (params, bytes) of its payload
         self._grid: Grid | None = None  # kept for methods whose models live on the clients
 
+    #: How the method is measured: one of fedapp.methods.common.evaluators' kinds, set by the
+    #: method's constructor.
+    evaluator: Evaluator
+
     # ---- what a method defines -------------------------------------------------------------
     @abstractmethod
     def initial_state(self) -> State:
@@ -116,27 +113,6 @@ class HeterogeneousStrategy(Strategy):
     @abstractmethod
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         """The new global state from the round's valid replies."""
-
-    @abstractmethod
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """Centralized evaluation of a global state: 'loss', 'accuracy', 'examples'."""
-
-    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """Per-round validation; must include SELECTION_KEY (methods with many operating
-        points report one entry per point and select on their mean)."""
-        result = self.evaluate(state, data)
-        return {"val-loss": result[LOSS], SELECTION_KEY: result[ACCURACY]}
-
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
-        """The one final test evaluation of the selected checkpoint, for summary.json (methods
-        with more to report write their tables and plots into ``run_dir``; the run adds the
-        accounts' summary once, see ``params_by_client``)."""
-        result = self.evaluate(state, data)
-        return {
-            "test_accuracy": result[ACCURACY],
-            "test_loss": result[LOSS],
-            "test_examples": result["examples"],
-        }
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         """Per-node training settings decided by the server (the rest comes from the run config)."""
@@ -288,37 +264,6 @@ class HeterogeneousStrategy(Strategy):
         profile = self.nodes.profiles.get(node_id)
         return None if profile is None else profile.partition_id
 
-    # ---- evaluation of models that live on the clients ---------------------------------------
-    #: The scalar metrics a method reads from every evaluation reply besides accuracy and loss.
-    evaluation_metrics: frozenset[str] = frozenset()
-
-    def read_evaluation(self, row: dict[str, Any]) -> dict[str, Any]:
-        """A method's own reading of a valid evaluation row (default: the row as it is);
-        whatever it raises drops the reply with the reason logged."""
-        return row
-
-    def client_evaluation(self, split: str) -> list[dict[str, Any]]:
-        """Every profiled node evaluates its own model on a server-held split
-        (``fedapp.methods.common.client_evaluation``), claiming no more examples than the split
-        holds. For methods without a global model."""
-        if self._grid is None:
-            raise RuntimeError("client evaluation needs a grid: run a training round first")
-        return client_evaluation(
-            self._grid,
-            self.nodes,
-            split,
-            self.run.rounds.round_timeout,
-            split_size=len(server_set(self.run.data, split).labels),
-            required=self.evaluation_metrics,
-            read=self.read_evaluation,
-        )
-
-    def client_mean(self, split: str) -> tuple[dict[str, float], list[dict[str, float | int]]]:
-        """Unweighted mean accuracy and loss over the clients' own models on a split (NaN when
-        no client answered validly), and the per-client rows of :meth:`client_evaluation`."""
-        rows = self.client_evaluation(split)
-        return unweighted_mean(rows), rows
-
     # ---- Flower's Strategy hooks: what Strategy.start calls ------------------------------------
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -343,12 +288,17 @@ class HeterogeneousStrategy(Strategy):
         metrics = None if self.round_metrics is None else MetricRecord(self.round_metrics)
         return (None if state is None else to_record(state)), metrics
 
+    def last_grid(self) -> Grid | None:
+        """The grid of the last training round (None before the first): models that live on
+        the clients are evaluated through it."""
+        return self._grid
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """No federated evaluation round: a global model is evaluated on server-held data (the
-        ``evaluate_fn`` given to ``Strategy.start``), client-held models by
-        :meth:`client_evaluation` on the same cadence."""
+        """No federated evaluation round: the ``evaluator`` measures the method on the cadence
+        of the ``evaluate_fn`` given to ``Strategy.start`` (client-held models through
+        :meth:`last_grid`)."""
         return []
 
     def aggregate_evaluate(

@@ -9,6 +9,7 @@ That shared part lives here so the comparison between them is like for like.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from logging import INFO
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,9 @@ from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     operating_point_report,
-    point_result,
     points_validation,
 )
+from fedapp.methods.common.evaluators import OperatingPoints
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.models.budgets import BudgetError
 from fedapp.models.elastic_resnet import ElasticResNet
@@ -43,6 +44,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         self.space = model_space(self.run.feast_space, self.info)
         self.anchors = self.space.anchors(run.feast_space.anchor_variants)
         self.points = point_evaluator(self.run)
+        self.evaluator = OperatingPoints(self.validate, self.test_report)
 
     # ---- budgets ------------------------------------------------------------------------------
     def route_of(self, profile: NodeProfile) -> Route:
@@ -80,13 +82,13 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         """Accuracy and loss of cached variants, each after its own BN recalibration."""
         return self.points.variants(self.space.config, self.space.cache, state, indices, data)
 
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """The largest cached variant (what a single-model method would serve)."""
-        return point_result(self.variant_rows(state, [len(self.space.cache) - 1], data)[0], data)
-
-    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+    def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self.variant_rows(state, self.anchors, data)
         return points_validation(rows, lambda r: f"val-acc-v{r['index']}")
+
+    @abstractmethod
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        """The final test: :meth:`served_report` and what the method adds to it."""
 
     def served_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         """Every cached variant tested, population accuracy under largest-affordable serving."""

@@ -12,6 +12,7 @@ import torch
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.methods.common.aggregation import slice_mean
+from fedapp.methods.common.evaluators import GlobalModel
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
 from fedapp.models.zoo import build_model
@@ -27,6 +28,7 @@ class WholeModelStrategy(HeterogeneousStrategy):
 
     def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
         super().__init__(run, nodes)
+        self.evaluator = GlobalModel(self.evaluate)
 
     def _model(self) -> torch.nn.Module:
         return build_model(self.run.model, self.info)
@@ -42,6 +44,7 @@ class WholeModelStrategy(HeterogeneousStrategy):
         return slice_mean(global_state, replies)
 
     def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """The global model's loss, accuracy and examples on a server-held split."""
         model = self._model()
         load_state(model, state)
         return evaluate(model, eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device)

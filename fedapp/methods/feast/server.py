@@ -36,21 +36,21 @@ class FeastStrategy(CachedSupernetStrategy):
 
     # ---- one round ------------------------------------------------------------------------------
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        if self.run.feast_space.routing:
+        if self.run.section(FeastSettings).routing:
             return extract(global_state, self.route_of(profile).shapes)
         return global_state
 
     def payload_params(self, profile: NodeProfile, payload: State) -> int:
         return (
             self.route_of(profile).params
-            if self.run.feast_space.routing
+            if self.run.section(FeastSettings).routing
             else self.space.full_params
         )
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {
             AFFORDABLE: list(self.route_of(profile).affordable),
-            ROUTED: self.run.feast_space.routing,
+            ROUTED: self.run.section(FeastSettings).routing,
         }
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
@@ -70,11 +70,11 @@ class FeastStrategy(CachedSupernetStrategy):
     def params_by_client(self, state: State) -> dict[int, int]:
         """A client's routed slice (the whole supernet without routing)."""
         return {
-            pid: (r.params if self.run.feast_space.routing else self.space.full_params)
+            pid: (r.params if self.run.section(FeastSettings).routing else self.space.full_params)
             for pid, r in self.eligible_routes().items()
         }
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         routes = self.eligible_routes()
         passes = [
             plan_for(
@@ -84,7 +84,8 @@ class FeastStrategy(CachedSupernetStrategy):
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())
         routed_shapes = [
-            r.shapes if self.run.feast_space.routing else global_shapes for r in routes.values()
+            r.shapes if self.run.section(FeastSettings).routing else global_shapes
+            for r in routes.values()
         ]
         summary = self.served_report(state, data, run_dir) | {
             "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},

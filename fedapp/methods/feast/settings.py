@@ -17,3 +17,6 @@ class FeastSettings(Section):
     training_rule: str = setting(one_of(TRAINING_RULES))
     #: rho_kd: weight of the distillation from the client's largest variant.
     kd_weight: float = setting(fraction(False, 1, False))
+    #: Send each client only the routed slice covering its affordable variants (false: the
+    #: whole supernet).
+    routing: bool = setting()

@@ -1,13 +1,13 @@
 """FedDF (Lin, Kong, Stich, Jaggi, NeurIPS 2020): heterogeneous prototypes, FedAvg per
 prototype, then server ensemble distillation into each prototype on unlabeled public images.
 
-Every client trains the largest candidate of the run's family (``nas-family``) its budget affords,
-its *prototype*. The global state holds every served prototype, its tensors named
+Every client trains the largest candidate of the run's family (``candidates.family``) its budget
+affords, its *prototype*. The global state holds every served prototype, its tensors named
 ``<prototype>/<tensor>``; a client receives only its own prototype's tensors. Each round: uniform
 (1/n, the authors') FedAvg within each prototype, then each prototype that received models is
 distilled from the mean logits of all received models of all prototypes
-(fedapp.training.ensemble_distillation). The server uses only the public split's images, never
-its labels (fedapp.run.federated_data.public_images withholds them).
+(fedapp.training.ensemble_distillation). The server uses only the public split's images, never its
+labels (fedapp.run.federated_data.public_images withholds them).
 
 Evaluation: each prototype on the held-out data; the reported test accuracy is the population
 accuracy (mean over clients of the accuracy of the prototype each is served), reported in the
@@ -33,6 +33,7 @@ from fedapp.evaluation.operating_points import (
     operating_point_report,
 )
 from fedapp.evaluation.results import write_csv
+from fedapp.methods.common.evaluators import OperatingPoints
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import (
     HeterogeneousStrategy,
@@ -88,6 +89,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         self.public = public_images(self.run.data)  # images only: labels withheld
         self.validation = server_set(self.run.data, "validation")
         self.points = point_evaluator(self.run)
+        self.evaluator = OperatingPoints(self.validate, self.test_report)
         feddf = run.section(FedDFSettings)
         self.settings = DistillSettings(
             steps=feddf.distill_steps,
@@ -234,16 +236,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         by_index = {row["index"]: row[key] for row in rows}
         return float(np.mean([by_index[i] for i in self._served_index().values()]))
 
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """Population accuracy and loss: each client's served prototype, averaged over clients."""
-        rows = self._prototype_rows(state, data)
-        return {
-            ACCURACY: self._population_mean(rows, ACCURACY),
-            LOSS: self._population_mean(rows, LOSS),
-            "examples": len(data.labels),
-        }
-
-    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+    def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self._prototype_rows(state, data)
         metrics = {f"val-acc-{self.served[r['index']].name}": r[ACCURACY] for r in rows}
         metrics["val-loss"] = self._population_mean(rows, LOSS)
@@ -255,7 +248,7 @@ class FedDFStrategy(HeterogeneousStrategy):
         params = [float_elements(prototype_state(state, c.name)) for c in self.served]
         return {pid: params[index] for pid, index in self._served_index().items()}
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self._prototype_rows(state, data)
         served = self._served_index()
         report = operating_point_report(

@@ -32,6 +32,7 @@ from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.evaluation.results import write_csv
 from fedapp.methods.common.client_held import ClientHeldStrategy
+from fedapp.methods.common.evaluators import ClientModels
 from fedapp.methods.common.reply_validation import ArraySpec, InvalidReply, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.fedkd_nas.keys import (
@@ -146,6 +147,15 @@ class FedKDNASStrategy(ClientHeldStrategy):
         self.nas_rows: list[dict[str, Any]] = []
         self.exchange: dict[str, float] = {}  # this round's agreement metrics
         self._choices: dict[int, dict[str, Any]] = {}  # node id -> its reply's NAS choice
+        #: Every evaluation names the student it measured; the test adds the teacher and choices.
+        self.evaluator = ClientModels(
+            run,
+            nodes,
+            self.last_grid,
+            required={MULTIPLIER},
+            read=self.read_evaluation,
+            extra_report=self.nas_report,
+        )
 
     def accounts(self) -> dict[str, Any]:
         """The base's records and every client-round's NAS choice (summary.json counts them)."""
@@ -233,8 +243,6 @@ class FedKDNASStrategy(ClientHeldStrategy):
 
     #: Every reply names its student, rival and reason, and the NAS figures nas_choices.csv keeps.
     reply_metrics = frozenset({NAS_MULTIPLIER, NAS_REASON, NAS_RIVAL_MULTIPLIER, *NAS_METRICS})
-    #: Every evaluation names the student it measured.
-    evaluation_metrics = frozenset({MULTIPLIER})
 
     def read_reply(self, reply: ValidReply) -> None:
         """The NAS choice a reply names, read while it is checked: an unknown student, rival or
@@ -273,12 +281,11 @@ class FedKDNASStrategy(ClientHeldStrategy):
         results = [evaluate(t, loader, self.device) for t in self.teachers]
         return {key: float(np.mean([r[key] for r in results])) for key in results[0]}
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
-        """Mean client test accuracy and loss, the teacher's test accuracy, the NAS log."""
-        summary = super().test_summary(state, data, run_dir)
+    def nas_report(self, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+        """Beside the clients' mean test figures: the teacher's test accuracy and the NAS log."""
         write_csv(run_dir / NAS_CHOICES_FILE, self.nas_rows)
         teacher = self.teacher_test(data)
-        return summary | {
+        return {
             "teacher_test_accuracy": teacher[ACCURACY] if teacher else None,
             "nas_switches": int(sum(row[NAS_SWITCHED] for row in self.nas_rows)),
             "nas_choices": {

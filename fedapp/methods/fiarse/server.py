@@ -32,9 +32,9 @@ from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
     operating_point_report,
-    point_result,
     points_validation,
 )
+from fedapp.methods.common.evaluators import OperatingPoints
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.fiarse.keys import MASK_MACS, THRESHOLDS
@@ -92,6 +92,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         self.settings = run.section(FiarseSettings)
         self.config = substrate_config(self.run.substrate, self.info)
         self.points = point_evaluator(self.run)
+        self.evaluator = OperatingPoints(self.validate, self.test_report)
         probe = full_model(self.config)
         size = self.info.image_size
         self.masked = masked_names(probe)
@@ -196,11 +197,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         load_state(model, apply_mask(state, self.masked, thresholds))
         return model
 
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """The full model (the grid's last point: every value kept)."""
-        return point_result(self.points.rows(self.grid(state)[-1:], data)[0], data)
-
-    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+    def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         points = self.grid(state)
         picked = sorted({round(x) for x in np.linspace(0, len(points) - 1, VALIDATED_POINTS)})
         rows = self.points.rows([points[i] for i in picked], data)
@@ -214,7 +211,7 @@ class FiarseStrategy(HeterogeneousStrategy):
             for p in self.nodes.profiles.values()
         }
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         points = self.grid(state)
         family = self.family(state)
         fractions = self.grid_fractions(state)

@@ -30,9 +30,9 @@ from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
     operating_point_report,
-    point_result,
     points_validation,
 )
+from fedapp.methods.common.evaluators import OperatingPoints
 from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
@@ -66,6 +66,7 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         }
         self.shapes = {rate: self._param_shapes(rate) for rate in WIDTHS}
         self.points = point_evaluator(self.run)
+        self.evaluator = OperatingPoints(self.validate, self.test_report)
         self.server_round = 0  # the round being configured: dynamic widths depend on it
 
     def _param_shapes(self, rate: float) -> dict[str, tuple[int, ...]]:
@@ -171,16 +172,12 @@ class HeteroFLStrategy(HeterogeneousStrategy):
         ]
         return self.points.rows(points, data)
 
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """The full width (what a single-model method would serve)."""
-        return point_result(self.width_rows(state, WIDTHS[-1:], data)[0], data)
-
-    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+    def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """Every width; the checkpoint is selected on their mean accuracy."""
         rows = self.width_rows(state, WIDTHS, data)
         return points_validation(rows, lambda r: f"val-acc-w{r['index']}")
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self.width_rows(state, WIDTHS, data)
         budgets = {p.partition_id: p.budget for p in self.nodes.profiles.values()}
         affordable = {

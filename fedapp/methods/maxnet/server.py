@@ -283,7 +283,7 @@ class MaxNetStrategy(CachedSupernetStrategy):
         self.tracker.largest = {int(k): int(v) for k, v in accounts["maxnet_assignments"].items()}
         self.tracker.smallest = {int(k): int(v) for k, v in accounts["minnet_assignments"].items()}
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         summary = self.served_report(state, data, run_dir) | {
             "subnet_sampling": self.settings.subnet_sampling,
             "maxnet_weight_examples": self.weight_examples,

@@ -23,10 +23,10 @@ from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
     OperatingPoint,
     operating_point_report,
-    point_result,
     points_validation,
 )
 from fedapp.methods.common.aggregation import slice_mean
+from fedapp.methods.common.evaluators import OperatingPoints
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.scalefl.keys import LEVEL
@@ -56,6 +56,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         self.substrate = substrate_config(self.run.substrate, self.info)
         self.costs = level_costs(self.substrate, self.settings.exit_convs)
         self.points = point_evaluator(self.run)
+        self.evaluator = OperatingPoints(self.validate, self.test_report)
         below = self.clients_below_smallest_level()
         log(
             INFO,
@@ -123,11 +124,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         ]
         return self.points.rows(points, data)
 
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """The full network's final exit (the reference's 'global accuracy')."""
-        return point_result(self._levels(state, data)[-1], data)
-
-    def validation_metrics(self, state: State, data: ImageArrays) -> dict[str, float]:
+    def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self._levels(state, data)
         return points_validation(rows, lambda r: f"val-acc-level{r['index'] + 1}")
 
@@ -138,7 +135,7 @@ class ScaleFLStrategy(HeterogeneousStrategy):
             for p in self.nodes.profiles.values()
         }
 
-    def test_summary(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
+    def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         rows = self._levels(state, data)
         profiles = list(self.nodes.profiles.values())
         report = operating_point_report(
