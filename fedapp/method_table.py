@@ -39,6 +39,33 @@ def _in(folder: str, attribute: str) -> str:
     return f"fedapp.methods.{folder}.{attribute}"
 
 
+#: Flower's own server strategies, run as ``flwr:<name>`` (fedapp/methods/flower/), each with
+#: its settings section where it has one.
+FLOWER_STRATEGIES: dict[str, str | None] = {
+    "fedavg": None,
+    "fedavgm": "FedAvgMSettings",
+    "fedadagrad": "FedAdagradSettings",
+    "fedadam": "FedAdamSettings",
+    "fedyogi": "FedYogiSettings",
+    "fedprox": "FedProxSettings",
+    "fedtrimmedavg": "FedTrimmedAvgSettings",
+    "fedmedian": None,
+    "krum": "KrumSettings",
+    "multikrum": "MultiKrumSettings",
+    "bulyan": "BulyanSettings",
+    "qfedavg": "QFedAvgSettings",
+}
+
+
+def _flower(name: str, settings: str | None) -> Method:
+    return Method(
+        f"flwr:{name}",
+        _in("flower", "server:FlowerStrategy"),
+        _in("flower", "client:train"),
+        settings=None if settings is None else _in("flower", f"settings:{settings}"),
+    )
+
+
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
@@ -127,6 +154,7 @@ METHODS: dict[str, Method] = {
             _in("scalefl", "client:train"),
             settings=_in("scalefl", "settings:ScaleFLSettings"),
         ),
+        *(_flower(name, settings) for name, settings in FLOWER_STRATEGIES.items()),
     )
 }
 METHOD_NAMES: tuple[str, ...] = tuple(METHODS)
@@ -146,6 +174,12 @@ def method(name: str) -> Method:
     if name not in METHODS:
         raise ValueError(f"unknown strategy {name!r}; known: {', '.join(METHOD_NAMES)}")
     return METHODS[name]
+
+
+def folder_name(name: str) -> str:
+    """The strategy's name as it names folders: ``flwr:fedadam`` -> ``flwr-fedadam`` (a colon
+    reads as a drive or a host in other systems' paths)."""
+    return name.replace(":", "-")
 
 
 def strategy_class(name: str) -> type:

@@ -8,8 +8,9 @@ Two things changed since the kept runs in docs/results were made:
   of a model space several methods share are a shared section (``supernet`` is
   ``feast-space.supernet``, ``substrate`` is ``substrate.supernet``, ``nas-family`` is
   ``candidates.family``; FEAST's ``routing`` is ``feast.routing``). Keys added since
-  (``tensorboard``, ``max-weight-share``) get the value the run behaved as. config.json is
-  rewritten as today's ServerApp writes it, after today's checks accept it.
+  (``tensorboard``, ``max-weight-share``, ``budget-floor``) get the value the run behaved as;
+  config.json is rewritten as today's ServerApp writes it (without the sections only other
+  methods read), after today's checks accept it.
 - **Intervals**: summary.json gained ``test_images`` and a 95 % Wilson interval beside every test
   and population accuracy, and every operating point (summary.json's ``variants``,
   variants.csv) its ``ci95_low``/``ci95_high``. A run without them gets them from the size of
@@ -37,10 +38,16 @@ from typing import Any
 from fedapp.evaluation.intervals import HIGH, LOW, summary_intervals, wilson_interval
 from fedapp.evaluation.operating_points import VARIANTS_FILE
 from fedapp.evaluation.results import CONFIG_FILE, SUMMARY_FILE, read_json, replace_text
-from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.config import (
+    ConfigError,
+    RunConfig,
+    fused_run_config,
+    parse_saved_config,
+)
 from fedapp.run.context import data_layout
 from fedapp.run.federated_data import server_set
 
+REPO = Path(__file__).resolve().parents[1]
 #: Flat keys before sections -> their key(s) in today's sections.
 SECTIONED_KEYS: dict[str, tuple[str, ...]] = {
     "training-rule": ("feast.training-rule",),
@@ -100,14 +107,14 @@ SECTIONED_KEYS: dict[str, tuple[str, ...]] = {
 LATER_KEYS: dict[str, Any] = {"tensorboard": False, "max-weight-share": 1.0, "budget-floor": 0.0}
 
 
-def current_config(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """A config.json in today's keys, as today's ServerApp writes it (ConfigError if today's
-    checks refuse it)."""
+def current_config(saved: Mapping[str, Any]) -> RunConfig:
+    """A config.json in today's keys (ConfigError if today's checks refuse it); other methods'
+    sections, which never shaped the run, at today's defaults."""
     renamed = dict(LATER_KEYS)
     for key, value in saved.items():
         for new in SECTIONED_KEYS.get(key, (key,)):
             renamed[new] = value
-    return json.loads(json.dumps(parse_run_config(renamed).as_run_config()))
+    return parse_saved_config(renamed, fused_run_config(REPO, {}))
 
 
 def point_with_interval(point: Mapping[str, Any], test_images: int) -> dict[str, Any]:
@@ -151,10 +158,10 @@ def migrate(run_dir: Path, write: bool) -> list[str]:
     changed = []
     saved = read_json(run_dir / CONFIG_FILE)
     config = current_config(saved)
-    if config != saved:
+    if saved != json.loads(json.dumps(config.as_saved_config())):
         changed.append(CONFIG_FILE)
         if write:
-            replace_text(run_dir / CONFIG_FILE, _json_text(config))
+            replace_text(run_dir / CONFIG_FILE, _json_text(config.as_saved_config()))
     summary = read_json(run_dir / SUMMARY_FILE)
     variants_path = run_dir / VARIANTS_FILE
     variants_text = variants_path.read_text() if variants_path.is_file() else None
@@ -162,7 +169,7 @@ def migrate(run_dir: Path, write: bool) -> list[str]:
     needs_points = bool(header) and LOW not in header
     if "test_images" in summary and not needs_points:
         return changed
-    test_images = len(server_set(data_layout(parse_run_config(config)), "test").labels)
+    test_images = len(server_set(data_layout(config), "test").labels)
     if "test_images" not in summary:
         changed.append(SUMMARY_FILE)
         if write:

@@ -27,6 +27,7 @@ from fedapp.evaluation.results import (
     run_folder_lock,
 )
 from fedapp.evaluation.tensorboard import INSTALL_HINT, tensorboard_available
+from fedapp.method_table import folder_name
 from fedapp.methods.common.round_engine import RoundEngine
 from fedapp.methods.common.strategy import build_strategy
 from fedapp.run.config import (
@@ -76,7 +77,7 @@ def run_experiment(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             f"run config 'tensorboard' = true needs the tensorboard package: {INSTALL_HINT}"
         )
     run_dir = RunRecorder.run_dir_for(
-        cfg.resolved_out_dir(), cfg.run_name, cfg.strategy, cfg.dataset
+        cfg.resolved_out_dir(), cfg.run_name, folder_name(cfg.strategy), cfg.dataset
     )
     with run_folder_lock(run_dir):
         return _run_in(grid, cfg, run_dir, started)
@@ -93,7 +94,7 @@ def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[s
     engine = RoundEngine(strategy, run_dir, cfg.resume)
     first_round = engine.first_round
     recorder = RunRecorder(run_dir, resume_after=first_round - 1, tensorboard=cfg.tensorboard)
-    recorder.write_json(CONFIG_FILE, cfg.as_run_config())
+    recorder.write_json(CONFIG_FILE, cfg.as_saved_config())
     _write_labels(cfg, run_dir, nodes)
     log(
         INFO,

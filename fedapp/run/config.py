@@ -140,6 +140,12 @@ class RunConfig:
             }
         return flat
 
+    def as_saved_config(self) -> dict[str, Any]:
+        """What the run's folder keeps (config.json): :meth:`as_run_config` without the sections
+        only other methods read, which never shape this run."""
+        foreign = foreign_keys(self.strategy)
+        return {k: v for k, v in self.as_run_config().items() if k not in foreign}
+
 
 S = TypeVar("S", bound=Section)
 
@@ -267,6 +273,11 @@ def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:
     raise ConfigError("invalid run configuration:\n  - " + "\n  - ".join(problems))
 
 
+#: The app's folder (its pyproject.toml holds every key's default), for the tools that run or read
+#: its runs from outside Flower.
+APP_DIR = Path(__file__).resolve().parents[2]
+
+
 def fused_run_config(app_dir: Path, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The app's defaults (``[tool.flwr.app.config]``) with ``overrides`` applied, as Flower
     fuses them; nested tables become dotted keys. A key the app does not declare is a
@@ -294,14 +305,34 @@ PLACEMENT_KEYS = frozenset({"out-dir", "run-name", "resume", "tensorboard"})
 _ABSENT = "(absent)"
 
 
+def foreign_keys(strategy: str) -> frozenset[str]:
+    """The keys of the sections that only other methods read: they never shape a run of
+    ``strategy``, so a run folder made before one of them existed still describes its run."""
+    own = settings_class(strategy)
+    return frozenset(
+        f"{kind.name}.{key_of(f.name)}"
+        for kind in settings_classes()
+        if kind is not own
+        for f in fields(kind)
+    )
+
+
+def parse_saved_config(saved: Mapping[str, Any], defaults: Mapping[str, Any]) -> RunConfig:
+    """A run folder's config.json as a RunConfig, the keys of other methods' sections it lacks
+    taken from ``defaults`` (they never shaped it); ConfigError as :func:`parse_run_config`."""
+    strategy = saved.get("strategy")
+    foreign = foreign_keys(strategy) if strategy in METHODS else frozenset()
+    return parse_run_config({k: v for k, v in defaults.items() if k in foreign} | dict(saved))
+
+
 def config_differences(
     saved: Mapping[str, Any], cfg: RunConfig, ignored: frozenset[str] = PLACEMENT_KEYS
 ) -> dict[str, tuple[Any, Any]]:
-    """Key -> (value in a run folder's ``saved`` config.json, value in ``cfg``) for every key on
-    which they differ, ``ignored`` keys aside; ``cfg`` as the ServerApp writes it (JSON round
-    trip), so 0.1 and 1e-1 are one value."""
+    """Key -> (value in a run folder's ``saved`` config.json, value in ``cfg``) for every key of
+    ``cfg``'s run on which they differ, ``ignored`` keys and other methods' sections aside;
+    ``cfg`` as the ServerApp writes it (JSON round trip), so 0.1 and 1e-1 are one value."""
     wanted = json.loads(json.dumps(cfg.as_run_config()))
-    keys = sorted((set(saved) | set(wanted)) - ignored)
+    keys = sorted((set(saved) | set(wanted)) - ignored - foreign_keys(cfg.strategy))
     return {
         key: (saved.get(key, _ABSENT), wanted.get(key, _ABSENT))
         for key in keys

@@ -30,14 +30,13 @@ from fedapp.models.arch import load_supernet
 from fedapp.models.cache import load_cache
 from fedapp.models.counter import count
 from fedapp.partitions.cohorts import cohort_indices
-from fedapp.run.config import ConfigError, RunConfig, fused_run_config, parse_run_config
+from fedapp.run.config import APP_DIR, ConfigError, RunConfig, fused_run_config, parse_run_config
 from fedapp.run.context import piece
 from fedapp.run.feast_space import ModelSpace
 from fedapp.run.federated_data import client_budgets
 from fedapp.run.pieces import BudgetDraw, FeastSpaceSection
 from fedapp.training.co_training import plan_for
 
-APP_DIR = Path(__file__).resolve().parents[2]
 #: The ``comm`` keys reported (those of summary.json's ``comm`` that need no bytes).
 COMM_KEYS = (
     "mean_params_per_client_round",

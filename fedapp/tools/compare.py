@@ -49,7 +49,7 @@ from fedapp.evaluation.results import (
     replace_text,
     write_csv,
 )
-from fedapp.method_table import METHOD_NAMES
+from fedapp.method_table import METHOD_NAMES, folder_name
 from fedapp.run.config import (
     ConfigError,
     config_differences,
@@ -170,14 +170,14 @@ def load_comparison(
 
 def run_dir_of(out_dir: Path, strategy: str) -> Path:
     """Where a comparison's run of one strategy writes its files."""
-    return out_dir / strategy / "run"
+    return out_dir / folder_name(strategy) / "run"
 
 
 def placed_run_config(comparison: Comparison, strategy: str, out_dir: Path) -> dict[str, Any]:
     """A strategy's run config, writing into ``run_dir_of(out_dir, strategy)``."""
     return comparison.run_config(strategy) | {
         "out-dir": str(out_dir),
-        "run-name": f"{strategy}/run",
+        "run-name": f"{folder_name(strategy)}/run",
     }
 
 
@@ -224,7 +224,7 @@ def run_comparison(
     summaries = {}
     for position, strategy in enumerate(comparison.strategies, start=1):
         head = f"[{position}/{len(comparison.strategies)}] {strategy}"
-        workdir = out_dir / strategy
+        workdir = out_dir / folder_name(strategy)
         workdir.mkdir(parents=True, exist_ok=True)
         summary_path = run_dir_of(out_dir, strategy) / SUMMARY_FILE
         if summary_path.exists():

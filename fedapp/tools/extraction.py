@@ -18,7 +18,7 @@ from fedapp.evaluation.results import BEST_MODEL_FILE, CONFIG_FILE, RunRecorder,
 from fedapp.methods.common.strategy import point_evaluator
 from fedapp.models.elastic_resnet import ElasticResNet
 from fedapp.models.posthoc import extract_posthoc
-from fedapp.run.config import ConfigError, parse_run_config
+from fedapp.run.config import APP_DIR, ConfigError, fused_run_config, parse_saved_config
 from fedapp.run.context import run_context
 from fedapp.run.feast_space import model_space
 from fedapp.run.federated_data import server_set
@@ -40,7 +40,7 @@ def extract(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     for name in (CONFIG_FILE, BEST_MODEL_FILE):
         if not (run_dir / name).is_file():
             raise ConfigError(f"{run_dir}: no {name} (give the folder of a finished run)")
-    cfg = parse_run_config(read_json(run_dir / CONFIG_FILE))
+    cfg = parse_saved_config(read_json(run_dir / CONFIG_FILE), fused_run_config(APP_DIR, {}))
     if cfg.strategy not in SUPERNET_METHODS:
         raise ConfigError(
             f"{run_dir} is a {cfg.strategy!r} run; extraction needs a FEAST supernet "

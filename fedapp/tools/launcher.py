@@ -21,8 +21,9 @@ from typing import Any
 import tomli_w
 from flwr.common.config import flatten_dict, unflatten_dict
 
+from fedapp.run.config import APP_DIR
+
 BIN_DIR = Path(sys.executable).parent
-APP_DIR = Path(__file__).resolve().parents[2]
 FLWR = str(BIN_DIR / "flwr")
 #: How often a run is checked for its end, its deadline and its watcher.
 WATCH_SECONDS = 2.0

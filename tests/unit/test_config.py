@@ -13,8 +13,10 @@ from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.methods.fiarse.settings import FiarseSettings
 from fedapp.run.config import (
     ConfigError,
+    config_differences,
     fused_run_config,
     parse_run_config,
+    parse_saved_config,
     protocol_keys,
     replace,
 )
@@ -37,6 +39,21 @@ def test_each_section_is_a_pyproject_table_of_dotted_keys() -> None:
     assert cfg.section(FiarseSettings).grid_points == 5
     assert cfg.section(FedKDNASSettings).lambda_ == 0.25
     assert cfg.as_run_config()["fedkd-nas.lambda"] == 0.25
+
+
+def test_a_run_folder_keeps_only_the_sections_its_run_reads() -> None:
+    """config.json holds the run-wide keys, the shared sections and the method's own: a method
+    added later neither changes it nor stops it resuming or being read back."""
+    cfg = parse_run_config(run_config(strategy="ditto", ditto__lambda=0.5))
+    saved = cfg.as_saved_config()
+    assert saved["ditto.lambda"] == 0.5 and "feast-space.supernet" in saved
+    assert not any(k.startswith(("feast.", "fiarse.", "flwr-")) for k in saved)
+    assert config_differences(saved, cfg) == {}
+    assert parse_saved_config(saved, run_config()) == cfg
+    changed = saved | {"ditto.lambda": 0.25}
+    assert config_differences(changed, cfg) == {"ditto.lambda": (0.25, 0.5)}
+    with pytest.raises(ConfigError, match=r"'ditto\.lambda' is missing"):
+        parse_saved_config({k: v for k, v in saved.items() if k != "ditto.lambda"}, run_config())
 
 
 def test_shared_ideas_keep_one_name_in_every_section() -> None:

@@ -36,7 +36,7 @@ def _commented_names(key: str) -> list[str]:
         if not line.lstrip().startswith("#") or "=" in line.split("#")[0]:
             break
         text += " " + line.split("#", 1)[1]
-    return re.findall(r"[a-z][a-z0-9-]*", text.split(";")[-1] if key == "public-size" else text)
+    return re.findall(r"[a-z][a-z0-9:-]*", text.split(";")[-1] if key == "public-size" else text)
 
 
 @pytest.mark.parametrize("name", METHOD_NAMES)

@@ -45,8 +45,8 @@ def test_a_config_with_flat_keys_becomes_todays() -> None:
     assert saved["scalefl-kd-gamma"] == 0.3 and saved["fiarse-grid-points"] == 4
     with pytest.raises(ConfigError, match="'scalefl-kd-gamma' is unknown"):
         parse_run_config(saved)  # fedapp itself no longer reads the old spelling
-    assert migration.current_config(saved) == today
-    assert config_differences(migration.current_config(saved), cfg) == {}
+    assert json.loads(json.dumps(migration.current_config(saved).as_run_config())) == today
+    assert config_differences(migration.current_config(saved).as_run_config(), cfg) == {}
 
 
 def _without_intervals(variants_csv: str) -> str:

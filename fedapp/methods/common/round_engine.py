@@ -74,14 +74,13 @@ class RoundEngine:
         if (run_dir / BEST_MODEL_FILE).exists():  # the final test reads it: a torn one fails now
             RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
         try:
-            accounts = json.loads(extra["accounts"])
             earlier = {"setup": float(extra["setup"]), "elapsed": float(extra["elapsed"])}
             best = dict(extra["best"])
+            self.strategy.restore_accounts(json.loads(extra["accounts"]))
         except (KeyError, TypeError, ValueError) as err:
             raise unreadable(
                 run_dir / CHECKPOINT_FILE, f"not a checkpoint fedapp wrote: {err!r}"
             ) from None
-        self.strategy.restore_accounts(accounts)
         return done + 1, state, best, earlier
 
     def run_rounds(

@@ -13,8 +13,6 @@ the first global model this node receives; only the global copy travels back to 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 from flwr.app import Message, RecordDict
 from torch import nn
@@ -34,6 +32,7 @@ from fedapp.training.loops import (
     sgd,
     train_supervised,
 )
+from fedapp.training.proximal import add_proximal_term
 from fedapp.wire.messages import (
     ARRAYS,
     COMPUTE_METRIC,
@@ -46,24 +45,6 @@ from fedapp.wire.records import from_record, load_state
 
 #: node-state key of the personal model
 PERSONAL_KEY = "ditto-personal"
-
-
-def add_proximal_term(
-    optimizer: torch.optim.Optimizer, anchor: Sequence[torch.Tensor], lam: float
-) -> None:
-    """Before every step, add lam * (v - anchor) to each parameter's gradient: Ditto's proximal
-    pull of the personal model v towards the global model (anchor, in parameter order)."""
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    if len(params) != len(anchor):
-        raise ValueError(f"{len(params)} parameters but {len(anchor)} anchor tensors")
-
-    def pull(*_: object) -> None:
-        with torch.no_grad():
-            for param, target in zip(params, anchor, strict=True):
-                if param.grad is not None:
-                    param.grad.add_(param - target, alpha=lam)
-
-    optimizer.register_step_pre_hook(pull)
 
 
 def train_personal(
