@@ -120,3 +120,20 @@ def test_fedkd_nas_run_survives_lying_clients(tmp_path, caplog) -> None:
         assert sum(1 for _ in f) - 1 == 3 * 3 - 5
     assert hostile["test_clients"] == 3
     _assert_within_honest(hostile, honest)
+
+
+def test_random_weights_that_pass_every_check_take_fedavg_over_but_not_flowers_krum(
+    tmp_path,
+) -> None:
+    """A client sending random weights with its true example count is accepted by every check;
+    the sample-weighted mean then breaks, Flower's Krum (one Byzantine client assumed) does not."""
+    lies: Lies = {0: dict.fromkeys(range(1, 6), "noisy-weights")}
+    krum = FEDAVG | {"strategy": "flwr:krum", "flwr_krum__num_malicious_nodes": 1}
+    honest = _run(tmp_path, krum, "krum-honest", {})
+    resisted = _run(tmp_path, krum, "krum-hostile", lies)
+    broken = _run(tmp_path, FEDAVG, "fedavg-hostile", lies)
+
+    assert all(r["clients-dropped"] == 0 for r in _rows(tmp_path, "krum-hostile"))
+    _assert_within_honest(resisted, honest)
+    low, _ = wilson_interval(honest["test_accuracy"], honest["test_examples"])
+    assert broken["test_accuracy"] < low - 0.2

@@ -5,7 +5,9 @@ then, where ``lies`` names its partition and the round, changes its reply the wa
 broken device would: claim 10^12 times its examples (with random weights), send a metric as a
 list, arrays of the wrong length, extra arrays, bytes that are no numpy array, leave out or
 garble its NAS metrics, or (on the validation split) evaluate without accuracy or claim 10^12
-examples. The server must drop each such reply with a logged reason and carry on.
+examples; the server must drop each such reply with a logged reason and carry on. Random weights
+with the node's true example count (``noisy-weights``) pass every check: only a robust
+aggregation (Krum, the median, ...) can resist them.
 ``profile_lies`` makes chosen partitions' handshake replies claim other profile values.
 """
 
@@ -47,8 +49,9 @@ def _first_array(reply: Message) -> tuple[str, Array]:
     return name, record[name]
 
 
-def inflated_examples(reply: Message) -> Message:
-    """Random weights, claimed to come from 10^12 times the node's examples."""
+def noisy_weights(reply: Message) -> Message:
+    """Random weights (N(0, 10) for every floating-point array) in place of the trained ones,
+    with the node's true example count: a reply every check accepts (a Byzantine client)."""
     record = reply.content.array_records[ARRAYS]
     rng = np.random.default_rng(0)
     for name in list(record.keys()):
@@ -56,6 +59,12 @@ def inflated_examples(reply: Message) -> Message:
         if np.issubdtype(values.dtype, np.floating):
             noise = rng.normal(0, 10, values.shape).astype(values.dtype)
             record[name] = Array(np.require(noise, requirements="C"))
+    return reply
+
+
+def inflated_examples(reply: Message) -> Message:
+    """Random weights, claimed to come from 10^12 times the node's examples."""
+    noisy_weights(reply)
     return _metrics(reply, lambda m: m | {NUM_EXAMPLES: m[NUM_EXAMPLES] * INFLATION})
 
 
@@ -110,6 +119,7 @@ def inflated_evaluation(reply: Message) -> Message:
 
 
 TRAIN_LIES: dict[str, Callable[[Message], Message]] = {
+    "noisy-weights": noisy_weights,
     "inflated-examples": inflated_examples,
     "list-metric": list_metric,
     "wrong-length": wrong_length,
