@@ -268,3 +268,14 @@ def plot_method_means(path: Path, results: Mapping[str, tuple[float, float]], ti
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_methods_rounds(
+    path: Path, curves: Mapping[str, Sequence[tuple[int, float]]], title: str
+) -> Path:
+    """One line per method: a per-round accuracy in [0, 1] (validation) against the round."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, points in curves.items():
+        ax.plot([r for r, _ in points], [100 * a for _, a in points], marker="o", label=name)
+    return _finish(plt, fig, ax, path, "round", "validation accuracy (%)", title)

@@ -40,12 +40,18 @@ from fedapp.evaluation.intervals import (
     format_accuracy,
     row_interval,
 )
-from fedapp.evaluation.plots import plot_method_means, plot_methods_accuracy_vs_macs
+from fedapp.evaluation.plots import (
+    plot_method_means,
+    plot_methods_accuracy_vs_macs,
+    plot_methods_rounds,
+)
 from fedapp.evaluation.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
+    METRICS_FILE,
     SUMMARY_FILE,
     read_json,
+    read_jsonl,
     replace_text,
     write_csv,
 )
@@ -60,6 +66,7 @@ from fedapp.run.config import (
 )
 from fedapp.tools.launcher import APP_DIR, run_app, write_run_config
 from fedapp.tools.run_progress import RunProgress
+from fedapp.wire.messages import SELECTION_KEY
 
 COMPARISONS_DIR = APP_DIR / "conf" / "compare"
 #: Keys that define the experiment every method must share; per-strategy overrides may not set them.
@@ -69,6 +76,7 @@ POINTS_FILE = "operating_points.csv"
 EFFICIENCY_FILE = "efficiency.csv"
 REPORT_FILE = "comparison.md"
 PLOT_FILE = "accuracy_vs_macs.png"
+ROUNDS_PLOT_FILE = "validation_by_round.png"
 SEEDS_PLOT_FILE = "accuracy_over_seeds.png"
 #: Suffixes of the columns that hold an accuracy's 95 % interval, after the accuracy's own key.
 CI_LOW, CI_HIGH = "_" + LOW, "_" + HIGH
@@ -399,6 +407,14 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def validation_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """(round, validation accuracy) of every validated round of a run (none where its
+    metrics.jsonl is missing)."""
+    path = run_dir / METRICS_FILE
+    rows = read_jsonl(path) if path.is_file() else []
+    return [(int(r["round"]), float(r[SELECTION_KEY])) for r in rows if SELECTION_KEY in r]
+
+
 def write_outputs(
     out_dir: Path, comparison: Comparison, summaries: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
@@ -426,6 +442,11 @@ def write_outputs(
         {s: summaries[s]["test_accuracy"] for s in single},
         f"{comparison.name}: test accuracy of every operating point (95 % intervals)",
         {s: _interval(summaries[s], "test_accuracy") for s in single},
+    )
+    plot_methods_rounds(
+        out_dir / ROUNDS_PLOT_FILE,
+        {s: validation_curve(run_dir_of(out_dir, s)) for s in summaries},
+        f"{comparison.name}: validation accuracy by round",
     )
     efficiency = efficiency_rows(rows)
     if efficiency:

@@ -18,6 +18,7 @@ from fedapp.tools.compare import (
     PLOT_FILE,
     POINTS_FILE,
     REPORT_FILE,
+    ROUNDS_PLOT_FILE,
     SEEDS_PLOT_FILE,
     TABLE_FILE,
     collect_summaries,
@@ -25,7 +26,9 @@ from fedapp.tools.compare import (
     mean_std_rows,
     method_row,
     parse_assignment,
+    run_dir_of,
     seed_dir,
+    validation_curve,
     write_outputs,
     write_seed_outputs,
 )
@@ -94,6 +97,11 @@ def test_table_plot_and_scores_from_real_runs(tmp_path: Path) -> None:
     result = write_outputs(tmp_path, comparison, summaries)
     for name in (TABLE_FILE, POINTS_FILE, EFFICIENCY_FILE, REPORT_FILE, PLOT_FILE):
         assert (tmp_path / name).stat().st_size > 0, name
+    assert (tmp_path / ROUNDS_PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    # one validated round each: the curves the rounds plot draws
+    assert validation_curve(run_dir_of(tmp_path, "fedavg")) == [
+        (1, pytest.approx(summaries["fedavg"]["best_val_accuracy"]))
+    ]
     rows = {r["method"]: r for r in csv.DictReader((tmp_path / TABLE_FILE).open())}
     feast, fedavg = summaries["feast"], summaries["fedavg"]
     assert float(rows["feast"]["population_accuracy"]) == pytest.approx(
