@@ -25,7 +25,8 @@ from fedapp.methods.feast.keys import AFFORDABLE, ROUTED
 from fedapp.methods.feast.settings import FeastSettings
 from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import extract
-from fedapp.run.profiles import NodeProfile
+from fedapp.run.context import RunContext
+from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.co_training import plan_for
 
 
@@ -34,23 +35,23 @@ class FeastStrategy(CachedSupernetStrategy):
 
     method = "FEAST"
 
+    def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
+        super().__init__(run, nodes)
+        self.settings = run.section(FeastSettings)
+
     # ---- one round ------------------------------------------------------------------------------
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        if self.run.section(FeastSettings).routing:
+        if self.settings.routing:
             return extract(global_state, self.route_of(profile).shapes)
         return global_state
 
     def payload_params(self, profile: NodeProfile, payload: State) -> int:
-        return (
-            self.route_of(profile).params
-            if self.run.section(FeastSettings).routing
-            else self.space.full_params
-        )
+        return self.route_of(profile).params if self.settings.routing else self.space.full_params
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         return super().train_config(server_round, profile) | {
             AFFORDABLE: list(self.route_of(profile).affordable),
-            ROUTED: self.run.section(FeastSettings).routing,
+            ROUTED: self.settings.routing,
         }
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
@@ -59,7 +60,7 @@ class FeastStrategy(CachedSupernetStrategy):
         plan = plan_for(
             self.space.cache,
             self.route_of(profile).affordable,
-            self.run.section(FeastSettings).training_rule,
+            self.settings.training_rule,
         )
         return [self.space.cache.variants.index(v) for v in plan.trained]
 
@@ -70,22 +71,19 @@ class FeastStrategy(CachedSupernetStrategy):
     def params_by_client(self, state: State) -> dict[int, int]:
         """A client's routed slice (the whole supernet without routing)."""
         return {
-            pid: (r.params if self.run.section(FeastSettings).routing else self.space.full_params)
+            pid: (r.params if self.settings.routing else self.space.full_params)
             for pid, r in self.eligible_routes().items()
         }
 
     def test_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         routes = self.eligible_routes()
         passes = [
-            plan_for(
-                self.space.cache, r.affordable, self.run.section(FeastSettings).training_rule
-            ).num_passes
+            plan_for(self.space.cache, r.affordable, self.settings.training_rule).num_passes
             for r in routes.values()
         ]
         global_shapes = state_shapes(self.space.config, self.space.config.max_arch())
         routed_shapes = [
-            r.shapes if self.run.section(FeastSettings).routing else global_shapes
-            for r in routes.values()
+            r.shapes if self.settings.routing else global_shapes for r in routes.values()
         ]
         summary = self.served_report(state, data, run_dir) | {
             "clients_by_passes": {str(n): passes.count(n) for n in (1, 2, 3)},
