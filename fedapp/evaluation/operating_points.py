@@ -96,6 +96,17 @@ def calibration_loader(calibration: ImageArrays, info: DatasetInfo, batch_size: 
     )
 
 
+def prepared_model(
+    point: OperatingPoint, calibration_batches: DataLoader, device: torch.device, seed: int
+) -> nn.Module:
+    """The point's model on ``device`` with its own deterministic BN recalibration where it keeps
+    running statistics: the one model that is both evaluated and served (``fedapp export``)."""
+    model = point.build().to(device)
+    if point.recalibrate:
+        recalibrate_bn(model, (x.to(device) for x, _ in calibration_batches), seed=seed)
+    return model
+
+
 def evaluate_points(
     points: Iterable[OperatingPoint],
     *,
@@ -115,9 +126,7 @@ def evaluate_points(
     rows = []
     for position, point in enumerate(points, start=1):
         started = time.perf_counter()
-        model = point.build().to(device)
-        if point.recalibrate:
-            recalibrate_bn(model, (x.to(device) for x, _ in calibration_batches), seed=seed)
+        model = prepared_model(point, calibration_batches, device, seed)
         result = evaluate(model, test_batches, device)
         rows.append(
             {
@@ -168,6 +177,11 @@ class PointEvaluator:
             seed=self.seed,
         )
 
+    def model(self, point: OperatingPoint) -> nn.Module:
+        """The point's model as :meth:`rows` evaluates it (:func:`prepared_model`)."""
+        batches = calibration_loader(self.calibration, self.info, self.batch_size)
+        return prepared_model(point, batches, self.device, self.seed)
+
     def variants(
         self,
         config: SupernetConfig,
@@ -177,19 +191,29 @@ class PointEvaluator:
         data: ImageArrays,
     ) -> list[dict[str, Any]]:
         """Accuracy of each cached variant of a FEAST-family supernet."""
-        supernet = ElasticResNet(config)
-        load_state(supernet, state)
-        points = (
-            OperatingPoint(
-                index,
-                cache.variants[index].macs,
-                cache.variants[index].params,
-                lambda arch=cache.variants[index].arch: supernet.subnet(arch),
-                nominal_macs=cache.variants[index].nominal_macs,
-            )
-            for index in indices
+        return self.rows(variant_points(config, cache, state, indices), data)
+
+
+def variant_points(
+    config: SupernetConfig,
+    cache: VariantCache,
+    state: Mapping[str, np.ndarray],
+    indices: Iterable[int],
+) -> list[OperatingPoint]:
+    """Cached variants of a FEAST-family supernet as operating points (one supernet holds the
+    weights; each point cuts its subnet)."""
+    supernet = ElasticResNet(config)
+    load_state(supernet, state)
+    return [
+        OperatingPoint(
+            index,
+            cache.variants[index].macs,
+            cache.variants[index].params,
+            lambda arch=cache.variants[index].arch: supernet.subnet(arch),
+            nominal_macs=cache.variants[index].nominal_macs,
         )
-        return self.rows(points, data)
+        for index in indices
+    ]
 
 
 def points_validation(

@@ -11,8 +11,9 @@ checkpoint holds only its logits).
 
 from __future__ import annotations
 
+from fedapp.evaluation.operating_points import OperatingPoint
 from fedapp.methods.common.evaluators import ClientModels
-from fedapp.methods.common.strategy import HeterogeneousStrategy
+from fedapp.methods.common.strategy import HeterogeneousStrategy, NotServable, State
 from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.run.run_models import run_candidates
@@ -32,4 +33,12 @@ class ClientHeldStrategy(HeterogeneousStrategy):
         return (
             f"budget {profile.budget:.0f} MACs is below the family's cheapest candidate "
             f"({self.cheapest_macs} MACs)"
+        )
+
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """None: each client keeps its own model, which never reaches the server."""
+        raise NotServable(
+            f"strategy {self.run.strategy!r} keeps its models on the clients (each node trains, "
+            "keeps and evaluates its own; the server holds only logits): its run folder holds "
+            "no model to export"
         )

@@ -27,7 +27,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from fedapp.evaluation.accounting import RunAccounts
-from fedapp.evaluation.operating_points import PointEvaluator
+from fedapp.evaluation.operating_points import OperatingPoint, PointEvaluator
 from fedapp.method_table import strategy_class
 from fedapp.methods.common.cohort import CohortSampler
 from fedapp.methods.common.evaluators import Evaluator, State
@@ -56,6 +56,10 @@ from fedapp.wire.messages import (
     TRAIN_SECONDS,
 )
 from fedapp.wire.records import from_record, to_record
+
+
+class NotServable(ValueError):
+    """The method's models cannot be served from the server's state (they live on the clients)."""
 
 
 @dataclass
@@ -120,6 +124,14 @@ class HeterogeneousStrategy(Strategy):
             SERVER_ROUND: server_round,
             LEARNING_RATE: scheduled_learning_rate(self.run.rounds, server_round),
         }
+
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """The models the method serves from a global state, smallest first: what its final
+        test measures and what ``fedapp export`` writes. A method that serves models from its
+        state overrides this."""
+        raise NotServable(
+            f"strategy {self.run.strategy!r} does not say which models its state serves"
+        )
 
     def ineligibility(self, profile: NodeProfile) -> str | None:
         """Why a node cannot take part at all (e.g. its budget affords no model), or None."""

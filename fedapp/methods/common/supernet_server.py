@@ -19,8 +19,10 @@ from flwr.common.logger import log
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.intervals import format_accuracy, format_row
 from fedapp.evaluation.operating_points import (
+    OperatingPoint,
     operating_point_report,
     points_validation,
+    variant_points,
 )
 from fedapp.methods.common.evaluators import OperatingPoints
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
@@ -82,6 +84,11 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
         """Accuracy and loss of cached variants, each after its own BN recalibration."""
         return self.points.variants(self.space.config, self.space.cache, state, indices, data)
 
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """Every cached variant (the final test's points)."""
+        indices = range(len(self.space.cache))
+        return variant_points(self.space.config, self.space.cache, state, indices)
+
     def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self.variant_rows(state, self.anchors, data)
         return points_validation(rows, lambda r: f"val-acc-v{r['index']}")
@@ -92,7 +99,7 @@ class CachedSupernetStrategy(HeterogeneousStrategy):
 
     def served_report(self, state: State, data: ImageArrays, run_dir: Path) -> dict[str, Any]:
         """Every cached variant tested, population accuracy under largest-affordable serving."""
-        variants = self.variant_rows(state, list(range(len(self.space.cache))), data)
+        variants = self.points.rows(self.servable_points(state), data)
         routes = self.eligible_routes()
         return operating_point_report(
             run_dir,

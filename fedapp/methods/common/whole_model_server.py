@@ -10,12 +10,12 @@ from __future__ import annotations
 import torch
 
 from fedapp.data.registry import ImageArrays
-from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
+from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE, OperatingPoint
 from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.evaluators import GlobalModel
 from fedapp.methods.common.reply_validation import ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
-from fedapp.models.zoo import build_model
+from fedapp.models.zoo import build_model, forward_macs
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
@@ -43,8 +43,22 @@ class WholeModelStrategy(HeterogeneousStrategy):
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         return slice_mean(global_state, replies)
 
-    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
-        """The global model's loss, accuracy and examples on a server-held split."""
+    def global_model(self, state: State) -> torch.nn.Module:
+        """The run's model holding ``state``."""
         model = self._model()
         load_state(model, state)
-        return evaluate(model, eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device)
+        return model
+
+    def evaluate(self, state: State, data: ImageArrays) -> dict[str, float]:
+        """The global model's loss, accuracy and examples on a server-held split."""
+        return evaluate(
+            self.global_model(state), eval_loader(data, self.info, EVAL_BATCH_SIZE), self.device
+        )
+
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """The global model, as evaluated: its own BN statistics, no recalibration."""
+        params = sum(p.numel() for p in self._model().parameters())
+        macs = forward_macs(self.run.model, self.info)
+        return [
+            OperatingPoint(0, macs, params, lambda: self.global_model(state), recalibrate=False)
+        ]

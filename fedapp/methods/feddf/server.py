@@ -208,7 +208,13 @@ class FedDFStrategy(HeterogeneousStrategy):
     # ---- evaluation ------------------------------------------------------------------------
     def _prototype_rows(self, state: State, data: ImageArrays) -> list[dict[str, Any]]:
         """Each served prototype's accuracy and loss on the data (its own BN statistics)."""
-        points = [
+        return self.points.rows(self.servable_points(state), data)
+
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """Each prototype the state holds (the served ones), by MACs, index = position in
+        ``served``."""
+        held = [c for c in self.candidates if prototype_state(state, c.name)]
+        return [
             OperatingPoint(
                 index,
                 prototype.macs,
@@ -216,9 +222,8 @@ class FedDFStrategy(HeterogeneousStrategy):
                 lambda p=prototype.name: self._model(p, prototype_state(state, p)),
                 recalibrate=False,
             )
-            for index, prototype in enumerate(self.served)
+            for index, prototype in enumerate(sorted(held, key=lambda c: c.macs))
         ]
-        return self.points.rows(points, data)
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
         """The node trained its own prototype."""

@@ -168,6 +168,10 @@ class FiarseStrategy(HeterogeneousStrategy):
         levels = mac_levels(min(budgets), full, self.settings.grid_points)
         return [mac_fraction(level, full) for level in levels]
 
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """The grid's masked models: each a dense network whose pruned weights are zero."""
+        return self.grid(state)
+
     def grid(self, state: State) -> list[OperatingPoint]:
         """The masked models at the grid's fractions, smallest first."""
         family = self.family(state)

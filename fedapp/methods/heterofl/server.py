@@ -159,9 +159,17 @@ class HeteroFLStrategy(HeterogeneousStrategy):
     def width_rows(self, state: State, rates: tuple[float, ...], data: ImageArrays) -> list[dict]:
         """Accuracy and loss of each width after its own BN statistics (sBN), index = position
         in WIDTHS."""
+        return self.points.rows(self.width_points(state, rates), data)
+
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """Every width."""
+        return self.width_points(state, WIDTHS)
+
+    def width_points(self, state: State, rates: tuple[float, ...]) -> list[OperatingPoint]:
+        """The widths ``rates`` cut from ``state``, index = position in WIDTHS."""
         supernet = ElasticResNet(self.config)
         load_state(supernet, state)
-        points = [
+        return [
             OperatingPoint(
                 WIDTHS.index(rate),
                 self.costs[rate].macs,
@@ -170,7 +178,6 @@ class HeteroFLStrategy(HeterogeneousStrategy):
             )
             for rate in rates
         ]
-        return self.points.rows(points, data)
 
     def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         """Every width; the checkpoint is selected on their mean accuracy."""

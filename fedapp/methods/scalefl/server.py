@@ -114,15 +114,18 @@ class ScaleFLStrategy(HeterogeneousStrategy):
         load_state(model, extract(state, self._shapes(level)))
         return model
 
-    def _levels(self, state: State, data: ImageArrays) -> list[dict[str, Any]]:
-        """Each level's deepest exit after its own BN recalibration."""
-        points = [
+    def servable_points(self, state: State) -> list[OperatingPoint]:
+        """Every level, served by its deepest exit."""
+        return [
             OperatingPoint(
                 level, cost.macs, cost.params, lambda level=level: self._level_with(state, level)
             )
             for level, cost in enumerate(self.costs)
         ]
-        return self.points.rows(points, data)
+
+    def _levels(self, state: State, data: ImageArrays) -> list[dict[str, Any]]:
+        """Each level's deepest exit after its own BN recalibration."""
+        return self.points.rows(self.servable_points(state), data)
 
     def validate(self, state: State, data: ImageArrays) -> dict[str, float]:
         rows = self._levels(state, data)
