@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedapp.data.extras import MissingExtraError
 from fedapp.models.arch import CACHES_DIR, SupernetConfig, load_supernet, parse_arch
 from fedapp.models.cache import (
     Segment,
@@ -457,6 +458,23 @@ def _extract(args: argparse.Namespace) -> Output:
     return Output(*extract(args))
 
 
+def _configure_export(parser: argparse.ArgumentParser) -> None:
+    from fedapp.tools import export  # Flower and torch: only for this subcommand
+
+    export.add_arguments(parser)
+
+
+@command(
+    "export",
+    help="write a finished run's operating points as verified ONNX or TorchScript files",
+    configure=_configure_export,
+)
+def _export(args: argparse.Namespace) -> Output:
+    from fedapp.tools.export import export
+
+    return Output(*export(args))
+
+
 def _configure_compare(parser: argparse.ArgumentParser) -> None:
     from fedapp.tools import compare  # Flower and torch; its runs need the simulation extra (Ray)
 
@@ -513,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         out = args.run(args)
-    except (ValueError, KeyError, OSError) as err:
+    except (ValueError, KeyError, OSError, MissingExtraError) as err:
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"fedapp: error: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT

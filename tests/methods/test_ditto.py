@@ -8,8 +8,9 @@ import json
 
 import numpy as np
 import torch
+from digits_runs import DITTO_DIGITS
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
-from local_grid import preset_overrides, run_config, run_local, server_context
+from local_grid import run_config, run_local, server_context
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -27,14 +28,6 @@ from fedapp.wire.messages import ARRAYS, COMPUTE_METRIC, CONFIG, METRICS
 from fedapp.wire.records import load_state, to_record
 
 CPU = torch.device("cpu")
-DITTO_DIGITS = preset_overrides("fedavg-digits") | {
-    "strategy": "ditto",
-    "model": "lenet5-x0.5",
-    "num_server_rounds": 2,
-    "fraction_train": 1.0,
-    "partitioner": "dirichlet",
-    "dirichlet_alpha": 0.3,
-}
 
 
 def test_one_proximal_step_equals_the_formula() -> None:

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from digits_runs import FEDDF_DIGITS
 from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
@@ -23,30 +24,6 @@ from fedapp.wire.records import from_record, to_record
 CPU = torch.device("cpu")
 #: digits, 4 clients whose Zipf budgets (56k, 164k, 229k, 134k MACs) afford lenet5-x0.5 (19k) or
 #: lenet5-x1.0 (67k) as their largest candidate: two prototypes.
-FEDDF_DIGITS = {
-    "strategy": "feddf",
-    "dataset": "digits",
-    "candidates__family": "lenet5",
-    "num_clients": 4,
-    "fraction_train": 1.0,
-    "num_server_rounds": 2,
-    "partitioner": "iid",
-    "budget_min": 1e4,
-    "budget_max": 3e5,
-    "calibration_size": 50,
-    "validation_size": 200,
-    "public_size": 200,
-    "test_size": 300,
-    "batch_size": 16,
-    "local_epochs": 1,
-    "learning_rate": 0.05,
-    "lr_schedule": "constant",
-    "eval_every": 1,
-    "feddf__distill_steps": 20,
-    "feddf__distill_eval_every": 5,
-    "feddf__distill_patience": 10,
-    "feddf__distill_batch_size": 32,
-}
 
 
 def _digits(count: int) -> tuple[ImageArrays, DatasetInfo]:

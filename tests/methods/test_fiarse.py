@@ -9,6 +9,7 @@ import tomllib
 import numpy as np
 import pytest
 import torch
+from digits_runs import DIGITS_FIARSE
 from local_grid import APP_DIR, local_federation, run_config
 from torch import nn
 from torch.func import functional_call
@@ -160,22 +161,6 @@ def test_sparse_delta_average_over_the_clients_that_changed_each_position() -> N
 def test_mac_levels_span_smallest_budget_to_full_model() -> None:
     assert mac_levels(10, 100, 4) == [10.0, 40.0, 70.0, 100.0]
     assert mac_levels(500, 100, 4) == [100.0]  # a budget above the full model is capped
-
-
-DIGITS_FIARSE = {
-    "strategy": "fiarse",
-    "dataset": "digits",
-    "partitioner": "iid",
-    "budget_min": 2e5,
-    "budget_max": 6e6,
-    "validation_size": 100,
-    "test_size": 200,
-    "calibration_size": 32,
-    "batch_size": 32,
-    "local_epochs": 1,
-    "fiarse__grid_points": 3,
-    "eval_every": 2,
-}
 
 
 def test_effective_macs_of_the_full_model_equal_the_analytic_count() -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from digits_runs import DIGITS_HETEROFL
 from flwr.app import ConfigRecord
 from local_grid import local_federation, run_config
 from torch import nn
@@ -26,21 +27,6 @@ from fedapp.run.context import run_context
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.wire.messages import NUM_EXAMPLES
 from fedapp.wire.records import from_record, to_record
-
-#: resnet18-small at 8x8 costs 23,861 / 72,312 / 273,576 / 1,029,424 / 4,103,264 MACs per width.
-DIGITS_HETEROFL = {
-    "strategy": "heterofl",
-    "dataset": "digits",
-    "budget_min": 3e4,
-    "budget_max": 5e6,
-    "allocation_cap": 4.2e6,
-    "validation_size": 200,
-    "test_size": 300,
-    "calibration_size": 50,
-    "batch_size": 16,
-    "local_epochs": 1,
-    "partitioner": "budget-dirichlet",
-}
 
 
 @pytest.fixture(scope="module")

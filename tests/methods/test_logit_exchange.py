@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from digits_runs import DIGITS_FEDDISTILL as FEDDISTILL
+from digits_runs import LOGIT_EXCHANGE_DIGITS as DIGITS
 from flwr.app import Array, ConfigRecord, Message, MessageType, RecordDict
 from local_grid import LocalGrid, local_federation, run_config, server_context
 
@@ -35,19 +37,6 @@ from fedapp.training.loops import seed_local_work, train_loader, train_supervise
 from fedapp.wire.messages import LOGITS
 from fedapp.wire.records import from_record, load_state, to_record
 
-#: digits, 3 IID clients whose budgets afford different LeNet5 widths (8x8: 7.7k-246k MACs)
-DIGITS = {
-    "dataset": "digits",
-    "partitioner": "iid",
-    "num_clients": 3,
-    "fraction_train": 1.0,
-    "validation_size": 200,
-    "test_size": 300,
-    "calibration_size": 0,
-    "budget_min": 1e4,
-    "budget_max": 3e5,
-    "batch_size": 16,
-}
 FEDMD = DIGITS | {
     "strategy": "fedmd",
     "public_size": 200,
@@ -57,7 +46,6 @@ FEDMD = DIGITS | {
     "fedmd__digest_epochs": 1,
     "fedmd__revisit_epochs": 1,
 }
-FEDDISTILL = DIGITS | {"strategy": "feddistill", "learning_rate": 0.05, "local_epochs": 1}
 
 
 def _cfg(base: dict[str, Any], **overrides: Any) -> tuple[dict[str, Any], Any]:

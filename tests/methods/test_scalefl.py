@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from digits_runs import DIGITS_SCALEFL
 from local_grid import run_config, run_local
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -28,22 +29,6 @@ from fedapp.run.config import ConfigError, parse_run_config
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.wire.messages import NUM_EXAMPLES
 
-DIGITS_SCALEFL = {
-    "strategy": "scalefl",
-    "dataset": "digits",
-    "substrate__supernet": "resnet18-small",
-    "num_clients": 4,
-    "fraction_train": 1.0,
-    "budget_min": 1e5,
-    "budget_max": 6e6,  # seed 1: one client below level 1, one at level 2, two at level 4
-    "allocation_cap": 4.2e6,
-    "seed": 1,
-    "validation_size": 200,
-    "test_size": 300,
-    "calibration_size": 50,
-    "batch_size": 16,
-    "local_epochs": 1,
-}
 DIGITS = load_supernet("resnet18-small", image_size=8)
 
 
