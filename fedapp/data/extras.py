@@ -15,6 +15,8 @@ from contextlib import contextmanager
 
 #: The extra that brings the partitioners, the embedded and hub data sets, tables and figures.
 DATA = "data"
+#: The extra that brings the ONNX exporter and runtime (fedapp export).
+EXPORT = "export"
 
 
 class MissingExtraError(ImportError):

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedapp.data.extras import needs_extra
+from fedapp.data.extras import EXPORT, needs_extra
 from fedapp.data.registry import DatasetInfo, ImageArrays
 from fedapp.data.transforms import Normalise
 from fedapp.evaluation.intervals import HIGH, LOW, SUMMARY_SUFFIX
@@ -63,8 +63,6 @@ from fedapp.run.federated_data import server_set
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.distillation import predict_logits
 
-#: The extra that brings the ONNX exporter and runtime.
-EXPORT_EXTRA = "export"
 FORMATS = ("onnx", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "torchscript": ".pt"}
 MANIFEST_FILE = "manifest.json"
@@ -294,7 +292,7 @@ def write_torchscript(network: nn.Module, example: torch.Tensor, path: Path) -> 
 
 def onnx_logits(path: Path, images: np.ndarray, batch: int = CHECK_BATCH) -> np.ndarray:
     """The ONNX file's logits for uint8 images, ``batch`` per call, by onnxruntime on the CPU."""
-    with needs_extra(EXPORT_EXTRA, "checking an ONNX file"):
+    with needs_extra(EXPORT, "checking an ONNX file"):
         import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -336,7 +334,7 @@ def quantise_int8(float_path: Path, int8_path: Path) -> None:
     per call over the whole batch, so an image's label can depend on the images beside it: the
     manifest's int8 accuracy is measured one image per call, as a device serving single images
     runs it."""
-    with needs_extra(EXPORT_EXTRA, "fedapp export --int8"):
+    with needs_extra(EXPORT, "fedapp export --int8"):
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
@@ -498,7 +496,7 @@ def export(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if args.int8 and args.format != "onnx":
         raise ConfigError("--int8 quantises an ONNX file: use it with --format onnx")
     if args.format == "onnx":
-        with needs_extra(EXPORT_EXTRA, "fedapp export --format onnx"):
+        with needs_extra(EXPORT, "fedapp export --format onnx"):
             import onnxruntime  # noqa: F401  (fail before any work, naming the install)
             import onnxscript  # noqa: F401
     run_dir: Path = args.run_dir.expanduser().resolve()

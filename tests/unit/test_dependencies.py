@@ -2,7 +2,8 @@
 
 - every third-party package that fedapp/, scripts/ and benchmarks/ import is declared in
   pyproject.toml: in the base install, or in the extra whose ``with needs_extra(...)`` block
-  imports it (fedapp.data.extras), so a clean install never misses one;
+  imports it (fedapp.data.extras), or, for a script that ships to a device without fedapp, in
+  the extra it belongs to (STANDALONE), so a clean install never misses one;
 - the base install is what a device with its own data runs: neither it nor anything it requires
   brings Ray (Flower's simulation extra), matplotlib or pandas;
 - ``fedapp --help`` and the model-space subcommands import neither Flower nor torch;
@@ -38,6 +39,8 @@ BASE = ""
 #: Distributions a device's base install must not bring, directly or through a requirement.
 NOT_ON_A_DEVICE = ("ray", "matplotlib", "pandas", "seaborn", "scipy", "flwr-datasets", "mlxtend")
 DEVICE_VENV = os.environ.get("FEDAPP_DEVICE_VENV", "")
+#: Scripts that run without fedapp (so without ``needs_extra``), and the extra declaring theirs.
+STANDALONE = {REPO / "scripts" / "deploy" / "serve_onnx.py": extras.EXPORT}
 
 
 def _name(requirement: str) -> str:
@@ -80,10 +83,12 @@ def _runtime_imports(node: ast.AST, extra: str = BASE) -> list[tuple[ast.AST, st
 def imported_top_modules(folder: Path) -> dict[str, set[str]]:
     """Top-level names of every absolute import that runs in ``folder``'s Python files, at
     module level or inside functions, by the extra whose ``needs_extra`` block holds the import
-    (``BASE`` outside any); read from the AST, nothing is imported."""
+    (``BASE`` outside any, or a standalone script's own extra); read from the AST, nothing is
+    imported."""
     names: dict[str, set[str]] = {}
     for path in folder.rglob("*.py"):
-        for node, extra in _runtime_imports(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        for node, extra in _runtime_imports(tree, STANDALONE.get(path, BASE)):
             if isinstance(node, ast.Import):
                 names.setdefault(extra, set()).update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
