@@ -135,6 +135,8 @@ class FinishedRun:
         Ditto its global model's, not the personal models' mean)."""
         rows = {row["index"]: row for row in self.summary.get("variants", [])}
         if rows:
+            if point.index not in rows:
+                raise ConfigError(f"{self.run_dir}: summary.json has no row of point {point.index}")
             row = rows[point.index]
             return {"test_accuracy": row["accuracy"], "test_accuracy_ci95": [row[LOW], row[HIGH]]}
         key = "global_test_accuracy" if "global_test_accuracy" in self.summary else "test_accuracy"
@@ -155,6 +157,8 @@ def read_run(run_dir: Path) -> FinishedRun:
             )
     cfg = parse_saved_config(read_json(run_dir / CONFIG_FILE), fused_run_config(APP_DIR, {}))
     summary = read_json(run_dir / SUMMARY_FILE)
+    if "node_profiles" not in summary:
+        raise ConfigError(f"{run_dir}: summary.json lists no node_profiles (an older fedapp's)")
     strategy = build_strategy(cfg, profiled_nodes(cfg.num_clients, summary))
     return FinishedRun(
         run_dir, summary, strategy, RunRecorder.load_state(run_dir / BEST_MODEL_FILE)
