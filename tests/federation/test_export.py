@@ -237,19 +237,33 @@ def test_a_file_that_fails_its_check_is_an_error_that_leaves_no_out(
     assert list((tmp_path / "exports").iterdir()) == []  # neither out nor its staging folder
 
 
-def _device_env(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Python refuses to import torch, Flower and fedapp."""
-    blocker = tmp_path / "device-site"
+def _env_without(tmp_path: Path, packages: set[str], path: str = "") -> dict[str, str]:
+    """An environment whose Python refuses to import ``packages`` (and finds ``path``)."""
+    blocker = tmp_path / "site"
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(
         "import sys\n"
         "class Refuse:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] in {'torch', 'flwr', 'fedapp'}:\n"
-        "            raise ImportError(f'{name} is not on this device')\n"
+        f"        if name.split('.')[0] in {sorted(packages)!r}:\n"
+        "            raise ModuleNotFoundError(f'{name} is not on this device', name=name)\n"
         "sys.meta_path.insert(0, Refuse())\n"
     )
-    return dict(os.environ, PYTHONPATH=str(blocker))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(blocker), path])))
+
+
+def test_an_install_without_the_export_extra_is_told_which_to_add(tmp_path: Path) -> None:
+    env = _env_without(tmp_path, {"onnxruntime", "onnxscript", "onnx"}, str(APP_DIR))
+    command = ["export", str(tmp_path), "--all", "--out", str(tmp_path / "out")]
+    result = subprocess.run(
+        [sys.executable, "-m", "fedapp.tools.cli", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert 'pip install "fedapp[export]"' in result.stderr
 
 
 def _serve(env: dict[str, str], *args: str) -> str:
@@ -263,7 +277,7 @@ def _serve(env: dict[str, str], *args: str) -> str:
 def test_the_device_runner_needs_only_onnxruntime_and_numpy_and_its_latencies_choose_a_point(
     run_of: RunOf, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env = _device_env(tmp_path)
+    env = _env_without(tmp_path, {"torch", "flwr", "fedapp"})
     refused = subprocess.run(
         [sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True
     )
