@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from digits_runs import LOGIT_EXCHANGE_DIGITS
 from flwr.app import ConfigRecord, RecordDict
 from local_grid import PowerCut, crash_in_round, run_config, run_local
 
@@ -32,17 +33,8 @@ ROUNDS = 2
 VOLATILE = {"wall_seconds", "timing", "resumed_from_round", "run_dir", "resources"}
 MEASURED = {"cpu_percent_mean", "peak_rss_mb_mean", "peak_rss_mb_max"}
 DIGITS = {
-    "dataset": "digits",
-    "partitioner": "iid",
-    "num_clients": 3,
-    "fraction_train": 1.0,
+    **LOGIT_EXCHANGE_DIGITS,
     "num_server_rounds": ROUNDS,
-    "validation_size": 200,
-    "test_size": 300,
-    "calibration_size": 0,
-    "budget_min": 1e4,
-    "budget_max": 3e5,
-    "batch_size": 16,
     "local_epochs": 1,
     "eval_every": ROUNDS,
 }
