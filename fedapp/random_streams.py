@@ -40,6 +40,7 @@ class Stream(IntEnum):
     FEDDF_DISTILLATION = 16  # parts (round, prototype): FedDF's server distillation
     HETEROFL_WIDTHS = 17  # parts (round,): HeteroFL's dynamic width per client
     MAXNET_SUBNETS = 18  # parts (round, partition): SuperFedNAS/DeepFedNAS subnet draws
+    AVAILABILITY = 19  # parts (round, partition): whether a fleet's device is reachable
 
 
 def stream_key(seed: int, stream: Stream, *parts: int) -> list[int]:

@@ -8,7 +8,8 @@ Two things changed since the kept runs in docs/results were made:
   of a model space several methods share are a shared section (``supernet`` is
   ``feast-space.supernet``, ``substrate`` is ``substrate.supernet``, ``nas-family`` is
   ``candidates.family``; FEAST's ``routing`` is ``feast.routing``). Keys added since
-  (``tensorboard``, ``max-weight-share``, ``budget-floor``) get the value the run behaved as;
+  (``tensorboard``, ``max-weight-share``, ``budget-floor``, the ``fleet.*`` section: the
+  default fleet, waiting for every reply) get the value the run behaved as;
   config.json is rewritten as today's ServerApp writes it (without the sections only other
   methods read), after today's checks accept it.
 - **Intervals**: summary.json gained ``test_images`` and a 95 % Wilson interval beside every test
@@ -104,7 +105,16 @@ SECTIONED_KEYS: dict[str, tuple[str, ...]] = {
     "nas-family": ("candidates.family",),
 }
 #: Keys added after runs were kept, with the value those runs behaved as.
-LATER_KEYS: dict[str, Any] = {"tensorboard": False, "max-weight-share": 1.0, "budget-floor": 0.0}
+LATER_KEYS: dict[str, Any] = {
+    "tensorboard": False,
+    "max-weight-share": 1.0,
+    "budget-floor": 0.0,
+    "fleet.file": "default",
+    "fleet.policy": "wait-for-all",
+    "fleet.deadline": 0.0,
+    "fleet.over-commit": 1.3,
+    "fleet.clock": "virtual",
+}
 
 
 def current_config(saved: Mapping[str, Any]) -> RunConfig:

@@ -125,6 +125,7 @@ def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[s
         "best_val_accuracy": best[SELECTION_KEY],
         "wall_seconds": time.perf_counter() - started,
         "timing": timing,
+        "fleet": strategy.fleet.summary(recorder.rows),
         "nodes": len(nodes.profiles),
         "node_profiles": [
             {

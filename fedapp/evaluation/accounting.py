@@ -23,6 +23,7 @@ from fedapp.wire.messages import COMPUTE_METRIC, CPU_PERCENT, PEAK_RSS_MB, WALL_
 
 COMMUNICATION_FILE = "communication.csv"  # one row per accepted client-round
 CLIENT_WORK_FILE = "client_work.csv"  # one row per metered client-round: device, seconds, memory
+FLEET_FILE = "fleet.csv"  # one row per timed client-round: device class, fleet seconds, outcome
 
 
 def coverage_probability(population: int, cohort: int, routed_by: int) -> float:
@@ -152,12 +153,14 @@ def work_by_device(client_work: Sequence[Mapping[str, Any]]) -> dict[str, dict[s
 class RunAccounts:
     """What a run's accepted client-rounds add up to, kept apart from any method: traffic (the
     ledger), compute each partition reported, each client-round's metered work and the device
-    that did it, and the operating points some client trained directly. One instance per run,
+    that did it, each valid client-round's time on the fleet and whether its round kept it, and
+    the operating points some client trained directly. One instance per run,
     recorded once per accepted reply and checkpointed, so a resumed run reports the whole run."""
 
     ledger: CommunicationLedger = field(default_factory=lambda: CommunicationLedger(0))
     compute_proxy: dict[int, float] = field(default_factory=dict)
     client_work: list[dict[str, Any]] = field(default_factory=list)
+    fleet: list[dict[str, Any]] = field(default_factory=list)
     trained_points: set[Hashable] = field(default_factory=set)
 
     def record(
@@ -187,6 +190,21 @@ class RunAccounts:
                 metrics[COMPUTE_METRIC]
             )
 
+    def record_fleet(
+        self, server_round: int, partition: int, device: str, seconds: float, outcome: str
+    ) -> None:
+        """One valid client-round on the fleet's clock: its class, seconds and whether the
+        round's policy kept it (``kept``, ``late``, ``surplus``)."""
+        self.fleet.append(
+            {
+                "round": server_round,
+                "partition": partition,
+                "device": device,
+                "fleet_seconds": seconds,
+                "outcome": outcome,
+            }
+        )
+
     def to_checkpoint(self) -> dict[str, Any]:
         """The accounts as JSON-ready values."""
         return {
@@ -194,6 +212,7 @@ class RunAccounts:
             "ledger_rows": [dict(row) for row in self.ledger.client_rounds],
             "compute_proxy": dict(self.compute_proxy),
             "client_work": [dict(row) for row in self.client_work],
+            "fleet": [dict(row) for row in self.fleet],
             "trained_points": sorted(self.trained_points),
         }
 
@@ -212,6 +231,7 @@ class RunAccounts:
                 {"cpu_percent": cpu, "peak_rss_mb": rss}
                 for cpu, rss in stored.get("resource_use", [])
             ],
+            fleet=[dict(row) for row in stored.get("fleet", [])],
             trained_points=set(stored["trained_points"]),
         )
 
@@ -224,6 +244,8 @@ class RunAccounts:
             write_csv(run_dir / COMMUNICATION_FILE, self.ledger.client_rounds)
         if self.client_work:
             write_csv(run_dir / CLIENT_WORK_FILE, self.client_work)
+        if self.fleet:
+            write_csv(run_dir / FLEET_FILE, self.fleet)
         use = np.array([[r["cpu_percent"], r["peak_rss_mb"]] for r in self.client_work])
         use = use.reshape(-1, 2)
         comm = self.ledger.summary(params_by_client)

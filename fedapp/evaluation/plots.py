@@ -271,11 +271,18 @@ def plot_method_means(path: Path, results: Mapping[str, tuple[float, float]], ti
 
 
 def plot_methods_rounds(
-    path: Path, curves: Mapping[str, Sequence[tuple[int, float]]], title: str
+    path: Path,
+    curves: Mapping[str, Sequence[tuple[float, float]]],
+    title: str,
+    x_label: str = "round",
+    target: float | None = None,
 ) -> Path:
-    """One line per method: a per-round accuracy in [0, 1] (validation) against the round."""
+    """One line per method: an accuracy in [0, 1] (validation) against the round, or against
+    another axis (``x_label``: the fleet's hours); ``target`` draws that accuracy as a line."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, points in curves.items():
         ax.plot([r for r, _ in points], [100 * a for _, a in points], marker="o", label=name)
-    return _finish(plt, fig, ax, path, "round", "validation accuracy (%)", title)
+    if target is not None:
+        ax.axhline(100 * target, color="grey", linestyle="--", linewidth=1, label="target")
+    return _finish(plt, fig, ax, path, x_label, "validation accuracy (%)", title)

@@ -243,13 +243,18 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"{cfg.public_size}: set it to the number of server-held public images (e.g. 500)"
         )
     elif (kind := settings_class(cfg.strategy)) is not None:
-        run = {key_of(f.name): getattr(cfg, f.name) for f in run_fields()}
-        problems += cfg.section(kind).cross_checks(cfg.strategy, run)
+        problems += cfg.section(kind).cross_checks(cfg.strategy, _run_wide(cfg))
+    for shared in SHARED_SECTIONS:
+        problems += cfg.section(shared).cross_checks(cfg.strategy, _run_wide(cfg))
     if cfg.resume and not cfg.run_name:
         problems.append(
             "'resume' = true needs 'run-name': the run to continue is <out-dir>/<run-name>"
         )
     return problems
+
+
+def _run_wide(cfg: RunConfig) -> dict[str, Any]:
+    return {key_of(f.name): getattr(cfg, f.name) for f in run_fields()}
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:

@@ -25,6 +25,7 @@ from fedapp.run.pieces import (
     DataSource,
     FeastSpaceSection,
     FeastSpaceSpec,
+    FleetSection,
     LocalTraining,
     RoundPlan,
     SubstrateSection,
@@ -48,6 +49,7 @@ class RunContext:
     family: CandidateFamily  # the logit-exchange methods' candidates
     substrate: str  # the ResNet18 substrate of HeteroFL, ScaleFL and FIARSE
     model: str  # the whole model of FedAvg, Ditto and FedDF's prototypes
+    fleet: FleetSection  # the fleet every method's rounds are timed on, and the round policy
     settings: Section | None
 
     @property
@@ -83,6 +85,7 @@ def run_context(cfg: RunConfig) -> RunContext:
         family=piece(CandidateFamily, cfg, family=cfg.section(CandidatesSection).family),
         substrate=cfg.section(SubstrateSection).supernet,
         model=cfg.model,
+        fleet=cfg.section(FleetSection),
         settings=None if kind is None else cfg.section(kind),
     )
 

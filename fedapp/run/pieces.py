@@ -6,11 +6,15 @@ what it reads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from fedapp.evaluation.fleet_clock import CLOCKS, POLICIES
+from fedapp.evaluation.fleets import FleetFileError, is_fleet_name, load_fleet
 from fedapp.models.arch import CACHES_DIR, SUPERNETS_DIR, yaml_names
 from fedapp.models.families import FAMILY_NAMES
-from fedapp.sections import Section, one_of, setting
+from fedapp.sections import Section, at_least, one_of, setting
 
 
 @dataclass(frozen=True)
@@ -95,11 +99,46 @@ class CandidatesSection(Section):
     family: str = setting(one_of(("auto", *FAMILY_NAMES)))
 
 
+@dataclass(frozen=True)
+class FleetSection(Section):
+    """``fleet.*``: the fleet every method's rounds are timed on (fedapp.evaluation.fleet_clock)
+    and the round policy that decides which replies a round waits for."""
+
+    name = "fleet"
+
+    file: str = setting()  # a fleet in conf/fleets by name, or a fleet file's path
+    policy: str = setting(one_of(POLICIES))
+    deadline: float = setting(at_least(0))
+    over_commit: float = setting(at_least(1))
+    clock: str = setting(one_of(CLOCKS))
+
+    def cross_checks(self, strategy: str, run: Mapping[str, Any]) -> list[str]:
+        problems = []
+        if is_fleet_name(self.file):  # a path is the server's: it reads it when it starts
+            try:
+                load_fleet(self.file)
+            except FleetFileError as err:
+                problems.append(f"'fleet.file' = {self.file!r}: {err}")
+        if self.policy == "deadline" and self.deadline <= 0:
+            problems.append(
+                "'fleet.policy' = 'deadline' needs 'fleet.deadline' > 0 (fleet seconds a round "
+                "waits for replies)"
+            )
+        if self.clock == "wall" and self.policy != "wait-for-all":
+            problems.append(
+                f"'fleet.clock' = 'wall' times the real rounds, which wait for every reply "
+                f"(round-timeout bounds them): 'fleet.policy' = {self.policy!r} needs "
+                "'fleet.clock' = 'virtual'"
+            )
+        return problems
+
+
 #: The sections several methods share, parsed for every run like the methods' own.
 SHARED_SECTIONS: tuple[type[Section], ...] = (
     FeastSpaceSection,
     SubstrateSection,
     CandidatesSection,
+    FleetSection,
 )
 
 

@@ -2,7 +2,8 @@
 
 A comparison file (``conf/compare/<name>.toml``) names a preset for the shared run config, the
 strategies, shared changes (``[run-config]``) and per-strategy method knobs
-(``[overrides.<name>]``).
+(``[overrides.<name>]``). A method may run more than once under labels of its own
+(``[labels]``: ``fedavg-full = "fedavg"``), each with its overrides.
 Overrides may not touch the protocol — data, partitions, budgets, cohorts, rounds, seed,
 augmentation — so every method sees the same clients. Each strategy runs with the real
 ``flwr run`` in simulation; then one table (accuracy, population accuracy, operating points,
@@ -32,6 +33,7 @@ from typing import Any
 from flwr.common.config import flatten_dict
 
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
+from fedapp.evaluation.fleet_time import FLEET_TOTAL, time_to_target
 from fedapp.evaluation.frontier import frontier_rise
 from fedapp.evaluation.intervals import (
     HIGH,
@@ -56,6 +58,7 @@ from fedapp.evaluation.results import (
     write_csv,
 )
 from fedapp.method_table import METHOD_NAMES, folder_name
+from fedapp.results import timed_rounds
 from fedapp.run.config import (
     ConfigError,
     config_differences,
@@ -77,6 +80,7 @@ EFFICIENCY_FILE = "efficiency.csv"
 REPORT_FILE = "comparison.md"
 PLOT_FILE = "accuracy_vs_macs.png"
 ROUNDS_PLOT_FILE = "validation_by_round.png"
+FLEET_PLOT_FILE = "validation_by_fleet_hours.png"
 SEEDS_PLOT_FILE = "accuracy_over_seeds.png"
 #: Suffixes of the columns that hold an accuracy's 95 % interval, after the accuracy's own key.
 CI_LOW, CI_HIGH = "_" + LOW, "_" + HIGH
@@ -88,13 +92,16 @@ class Comparison:
 
     name: str
     description: str
-    strategies: tuple[str, ...]
+    strategies: tuple[str, ...]  # methods, or labels of ``labels``
     shared: dict[str, Any]
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # label -> the method it runs
 
     def run_config(self, strategy: str) -> dict[str, Any]:
-        """The complete run config of one strategy (pyproject defaults, preset, changes)."""
-        values = self.shared | self.overrides.get(strategy, {}) | {"strategy": strategy}
+        """The complete run config of one strategy or label (pyproject defaults, preset,
+        changes)."""
+        method = self.labels.get(strategy, strategy)
+        values = self.shared | self.overrides.get(strategy, {}) | {"strategy": method}
         return fused_run_config(APP_DIR, values)
 
     def seeds(self, count: int) -> list[int]:
@@ -136,7 +143,14 @@ def load_comparison(
     """Read and fully validate a comparison (every strategy's run config is parsed now)."""
     path = comparison_path(name)
     spec = tomllib.loads(path.read_text())
-    unknown = set(spec) - {"description", "preset", "strategies", "run-config", "overrides"}
+    unknown = set(spec) - {
+        "description",
+        "preset",
+        "strategies",
+        "run-config",
+        "overrides",
+        "labels",
+    }
     if unknown:
         raise ConfigError(f"{path.name}: unknown tables/keys {sorted(unknown)}")
     shared: dict[str, Any] = {}
@@ -151,10 +165,18 @@ def load_comparison(
     strategies = tuple(only or spec.get("strategies", []))
     if not strategies:
         raise ConfigError(f"{path.name}: no strategies to compare")
+    labels = {str(k): v for k, v in spec.get("labels", {}).items()}
     problems = [
-        f"unknown strategy {s!r} (known: {', '.join(METHOD_NAMES)})"
+        f"[labels] {label} = {method!r}: not a method (known: {', '.join(METHOD_NAMES)})"
+        for label, method in labels.items()
+        if method not in METHOD_NAMES
+    ]
+    problems += [f"[labels] {label}: a method's name, not a label" for label in labels
+                 if label in METHOD_NAMES]  # fmt: skip
+    problems += [
+        f"unknown strategy {s!r} (known: {', '.join(METHOD_NAMES)}, or a label of [labels])"
         for s in strategies
-        if s not in METHOD_NAMES
+        if s not in METHOD_NAMES and s not in labels
     ]
     overrides = {name: flatten_dict(knobs) for name, knobs in spec.get("overrides", {}).items()}
     for strategy, knobs in overrides.items():
@@ -164,7 +186,9 @@ def load_comparison(
                 f"[overrides.{strategy}] sets {', '.join(protocol)}: these define the shared "
                 "experiment; set them in [run-config] or with --set for every method"
             )
-    comparison = Comparison(path.stem, spec.get("description", ""), strategies, shared, overrides)
+    comparison = Comparison(
+        path.stem, spec.get("description", ""), strategies, shared, overrides, labels
+    )
     if not problems:
         for strategy in strategies:
             try:
@@ -415,11 +439,57 @@ def validation_curve(run_dir: Path) -> list[tuple[int, float]]:
     return [(int(r["round"]), float(r[SELECTION_KEY])) for r in rows if SELECTION_KEY in r]
 
 
+def fleet_progress(out_dir: Path, strategies: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Each finished run's rounds with their fleet time (computed from the files of a run
+    from before the clock, fedapp.results.timed_rounds)."""
+    progress = {}
+    for strategy in strategies:
+        run_dir = run_dir_of(out_dir, strategy)
+        if (run_dir / METRICS_FILE).is_file():
+            progress[strategy] = timed_rounds(run_dir)[0]
+    return progress
+
+
+def default_target(progress: dict[str, list[dict[str, Any]]]) -> float | None:
+    """The lowest of the methods' final validation accuracies: an accuracy every method
+    reached, so that each has a time to it."""
+    finals = [
+        next(r[SELECTION_KEY] for r in reversed(rows) if SELECTION_KEY in r)
+        for rows in progress.values()
+        if any(SELECTION_KEY in r for r in rows)
+    ]
+    return min(finals) if finals else None
+
+
+def fleet_columns(rows: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
+    """A method's fleet hours, the updates its round policy lost, and the round and fleet
+    hours at which its validation accuracy first reached ``target``."""
+    timed = [r for r in rows if FLEET_TOTAL in r]
+    reached = time_to_target(timed, target, SELECTION_KEY) if target is not None else None
+    lost = sum(int(r.get("clients-late", 0)) + int(r.get("clients-surplus", 0)) for r in rows)
+    return {
+        "fleet_hours": timed[-1][FLEET_TOTAL] / 3600 if timed else None,
+        "updates_lost": lost,
+        "round_to_target": reached[0] if reached else None,
+        "hours_to_target": reached[1] / 3600 if reached else None,
+    }
+
+
 def write_outputs(
-    out_dir: Path, comparison: Comparison, summaries: dict[str, dict[str, Any]]
+    out_dir: Path,
+    comparison: Comparison,
+    summaries: dict[str, dict[str, Any]],
+    target: float | None = None,
 ) -> dict[str, Any]:
-    """The comparison table, operating points, efficiency scores, plot and a markdown report."""
-    rows = [method_row(s, summaries[s]) for s in comparison.strategies if s in summaries]
+    """The comparison table, operating points, efficiency scores, plots and a markdown report;
+    the time to ``target`` validation accuracy (default: the lowest final one)."""
+    progress = fleet_progress(out_dir, [s for s in comparison.strategies if s in summaries])
+    target = default_target(progress) if target is None else target
+    rows = [
+        method_row(s, summaries[s]) | fleet_columns(progress.get(s, []), target)
+        for s in comparison.strategies
+        if s in summaries
+    ]
     if not rows:
         raise ConfigError(f"no run of comparison {comparison.name!r} produced a summary")
     write_csv(out_dir / TABLE_FILE, rows)
@@ -448,6 +518,17 @@ def write_outputs(
         {s: validation_curve(run_dir_of(out_dir, s)) for s in summaries},
         f"{comparison.name}: validation accuracy by round",
     )
+    plot_methods_rounds(
+        out_dir / FLEET_PLOT_FILE,
+        {
+            s: [(r[FLEET_TOTAL] / 3600, r[SELECTION_KEY]) for r in rows if SELECTION_KEY in r]
+            for s, rows in progress.items()
+            if all(FLEET_TOTAL in r for r in rows)
+        },
+        f"{comparison.name}: validation accuracy against the fleet's time",
+        x_label="fleet hours",
+        target=target,
+    )
     efficiency = efficiency_rows(rows)
     if efficiency:
         write_csv(out_dir / EFFICIENCY_FILE, efficiency)
@@ -458,10 +539,24 @@ def write_outputs(
             "\nIn brackets: the 95 % Wilson score interval of each accuracy, from the number of "
             "test images it was measured on.\n"
         )
+    if target is not None:
+        report += (
+            "\nFleet time: each round lasts as long as the replies its policy waits for on the "
+            f"fleet, plus the server's own work (`{FLEET_PLOT_FILE}`). Hours and round to "
+            "target: the first validated round whose validation accuracy reaches "
+            f"{100 * target:.2f} % (the validation cadence bounds it); updates lost: replies "
+            "dropped as late or surplus by the round policy.\n"
+        )
     if efficiency:
         report += "\n## Efficiency (FedKD-NAS scores)\n\n" + markdown_table(efficiency) + "\n"
     replace_text(out_dir / REPORT_FILE, report)
-    return {"rows": rows, "efficiency": efficiency, "report": report, "out_dir": str(out_dir)}
+    return {
+        "rows": rows,
+        "efficiency": efficiency,
+        "report": report,
+        "target": target,
+        "out_dir": str(out_dir),
+    }
 
 
 def seed_dir(out_dir: Path, seed: int) -> Path:
@@ -572,6 +667,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-gpus", type=float, default=0.0, help="GPUs per simulated client")
     parser.add_argument("--timeout", type=float, default=7200.0, help="seconds per run")
     parser.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="validation accuracy in [0, 1] to time every method to (default: the lowest of "
+        "the methods' final validation accuracies)",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="rebuild the tables and plot from the runs already in the output folder",
@@ -620,4 +722,4 @@ def _run_one(args: argparse.Namespace, comparison: Comparison, out_dir: Path) ->
             f"client-resources-num-gpus={args.client_gpus:g}"
         )
         summaries = run_comparison(comparison, out_dir, federation, args.timeout)
-    return write_outputs(out_dir, comparison, summaries)
+    return write_outputs(out_dir, comparison, summaries, args.target)

@@ -47,6 +47,8 @@ def _config(out: Path, name: str, **extra: Any) -> dict[str, Any]:
 def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
     kept = {k: v for k, v in summary.items() if k not in VOLATILE}
     kept["resources"] = {k: v for k, v in summary["resources"].items() if k not in MEASURED}
+    # the fleet's client phases survive the checkpoint; its total adds the server's measured work
+    kept["fleet"] = {k: v for k, v in summary["fleet"].items() if k not in ("seconds", "hours")}
     kept["work_by_device"] = {  # the client-rounds metered, by device, survive the checkpoint
         device: work["client_rounds"] for device, work in summary["work_by_device"].items()
     }

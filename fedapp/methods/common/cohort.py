@@ -1,6 +1,8 @@
-"""Which nodes train in a round: the connected, profiled nodes a method can use, in partition
-order, and a seeded draw among them (``fedapp.partitions.cohorts``). A node that joins late is
-profiled when first seen; one the method cannot use is logged once, with the method's reason."""
+"""Which nodes train in a round: the connected, profiled nodes a method can use and the fleet
+says are reachable, in partition order, and a seeded draw among them
+(``fedapp.partitions.cohorts``), larger where the round policy over-commits. A node that joins
+late is profiled when first seen; one the method cannot use is logged once, with the method's
+reason."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.partitions.cohorts import cohort_indices
+from fedapp.run.fleet import RunFleet
 from fedapp.run.pieces import RoundPlan
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 
@@ -23,10 +26,12 @@ class CohortSampler:
         method: str,
         rounds: RoundPlan,
         nodes: NodeRegistry,
+        fleet: RunFleet,
         ineligibility: Callable[[NodeProfile], str | None],
     ) -> None:
         self.method, self.rounds = method, rounds
         self.nodes = nodes
+        self.fleet = fleet
         self.ineligibility = ineligibility
         self._left_out: set[int] = set()  # nodes already logged as unable to take part
 
@@ -46,25 +51,29 @@ class CohortSampler:
         return reason is None
 
     def sample(self, server_round: int, grid: Grid) -> list[NodeProfile]:
-        """Seeded draw of this round's clients among the connected, profiled, eligible nodes."""
+        """Seeded draw of this round's clients among the connected, profiled, eligible nodes
+        that the fleet says are reachable."""
         connected = list(grid.get_node_ids())
         self.nodes.discover(grid, connected, self.rounds.round_timeout)
         candidates = sorted(
             (
                 self.nodes.profiles[n]
                 for n in connected
-                if n in self.nodes.profiles and self.eligible(self.nodes.profiles[n])
+                if n in self.nodes.profiles
+                and self.eligible(self.nodes.profiles[n])
+                and self.fleet.available(server_round, self.nodes.profiles[n].partition_id)
             ),
             key=lambda p: p.partition_id,
         )
-        size = min(self.rounds.cohort_size, len(candidates))
-        if size < self.rounds.cohort_size:
+        wanted = self.fleet.sample_size(self.rounds.cohort_size)
+        size = min(wanted, len(candidates))
+        if size < wanted:
             log(
                 WARNING,
                 "round %d: only %d nodes available for a cohort of %d",
                 server_round,
                 size,
-                self.rounds.cohort_size,
+                wanted,
             )
         chosen = cohort_indices(
             self.rounds.cohort_rng, self.rounds.seed, server_round, len(candidates), size

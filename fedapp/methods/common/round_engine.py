@@ -18,6 +18,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from fedapp.data.registry import ImageArrays
+from fedapp.evaluation.fleet_time import FLEET_CLIENTS, FLEET_SECONDS, FLEET_TOTAL
 from fedapp.evaluation.operating_points import announce_points
 from fedapp.evaluation.results import (
     BEST_MODEL_FILE,
@@ -157,6 +158,9 @@ class RoundEnd:
         server_round = start_round + self.strategy.rounds_done
         self.state = from_record(arrays)
         row = _round_row(self.strategy, server_round)
+        row[FLEET_TOTAL] = row[FLEET_SECONDS] + sum(
+            float(r.get(FLEET_SECONDS, 0.0)) for r in self.recorder.rows
+        )
         validation: dict[str, float] = {}
         last = self.rounds.num_server_rounds
         if server_round % self.rounds.eval_every == 0 or server_round == last:
@@ -184,19 +188,27 @@ class RoundEnd:
 
 
 def _round_row(strategy: HeterogeneousStrategy, server_round: int) -> dict[str, Any]:
-    """What happened in a training round: its clients, its phases' seconds, its traffic and
-    the clients' example-weighted metrics."""
+    """What happened in a training round: its clients, its phases' seconds, its length on the
+    fleet, its traffic and the clients' example-weighted metrics. The fleet's round is its
+    client phase on the fleet's clock plus the server's own measured work (aggregation, and
+    what a method's server computes there); on the wall clock (deployment) it is the round's
+    measured train phase plus that work."""
     report = strategy.report
     row: dict[str, Any] = {
         "round": server_round,
         "clients-sampled": report.sampled,
         "clients-accepted": report.accepted,
         "clients-dropped": len(report.dropped),
+        "clients-late": report.late,
+        "clients-surplus": report.surplus,
         "seconds-train-phase": report.aggregate_started - report.started,
         "seconds-aggregate": report.aggregate_ended - report.aggregate_started,
         "seconds-client-training-sum": report.client_seconds,
         "seconds-client-training-max": report.client_seconds_max,
     }
+    clients = report.fleet_client_seconds if strategy.fleet.virtual else row["seconds-train-phase"]
+    row[FLEET_CLIENTS] = clients
+    row[FLEET_SECONDS] = clients + row["seconds-aggregate"]
     row["bytes-down"], row["bytes-up"] = strategy.accounting.ledger.round_bytes(server_round)
     metrics = strategy.round_metrics
     if metrics is not None:

@@ -5,9 +5,11 @@ become the new global state (``aggregate``) and how it is measured (``evaluator`
 (``configure_train``, ``aggregate_train``) compose the rest the same way for all of them, so
 ``Strategy.start`` runs any method: a seeded cohort (``CohortSampler``), one message per node, every
 reply checked against what was sent and what the server knows of its node (``check_round``: a bad
-one is dropped with a logged reason), each node's share of the round's weight capped where
-``max-weight-share`` says so, an aggregate that is not finite refused, and each accepted
-client-round recorded once in the run's accounts (``RunAccounts``).
+one is dropped with a logged reason), the valid ones timed on the run's fleet and kept as its
+round policy says (``RunFleet``: a late or surplus one is dropped and counted), each node's
+share of the round's weight capped where ``max-weight-share`` says so, an aggregate that is not
+finite refused, and each accepted client-round recorded once in the run's accounts
+(``RunAccounts``).
 """
 
 from __future__ import annotations
@@ -43,11 +45,13 @@ from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.config import RunConfig
 from fedapp.run.context import RunContext, run_context
 from fedapp.run.federated_data import server_set
+from fedapp.run.fleet import RunFleet
 from fedapp.run.pieces import RoundPlan
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import resolve_device
 from fedapp.wire.messages import (
     ARRAYS,
+    COMPUTE_METRIC,
     CONFIG,
     DATA_FACTS,
     LEARNING_RATE,
@@ -71,6 +75,9 @@ class RoundReport:
     client_seconds: float = 0.0  # sum of the accepted clients' own training time
     client_seconds_max: float = 0.0  # the longest of them: no round can be shorter
     dropped: dict[int, str] = field(default_factory=dict)  # node id -> reason
+    late: int = 0  # valid replies dropped past the fleet's deadline
+    surplus: int = 0  # valid replies dropped beyond an over-committed cohort
+    fleet_client_seconds: float = 0.0  # the client phase on the fleet's clock (virtual)
     started: float = 0.0  # the round's configuration began
     aggregate_started: float = 0.0  # the replies were in
     aggregate_ended: float = 0.0
@@ -88,7 +95,11 @@ class HeterogeneousStrategy(Strategy):
         self.info = self.run.info
         self.device = resolve_device(run.training.device)
         self.report = RoundReport()
-        self.cohorts = CohortSampler(run.strategy, run.rounds, nodes, self.ineligibility)
+        #: The fleet the rounds are timed on: each client's device class and reachability.
+        self.fleet = RunFleet(run.fleet, run.data.budgets, run.rounds.seed)
+        self.cohorts = CohortSampler(
+            run.strategy, run.rounds, nodes, self.fleet, self.ineligibility
+        )
         #: The run's accounts: traffic, compute, metered work, trained operating points.
         self.accounting = RunAccounts()
         #: Rounds a resumed run finished before this start: ``Strategy.start`` counts its
@@ -248,8 +259,9 @@ class HeterogeneousStrategy(Strategy):
         stays as it was)."""
         self.report.aggregate_started = time.perf_counter()
         checked = check_round(server_round, replies, self._expected, self._partition_of)
-        valid = cap_shares(checked.valid, self.run.rounds.max_weight_share)
-        self.report.dropped = checked.dropped
+        on_time, lost = self.clock_round(server_round, checked.valid)
+        valid = cap_shares(on_time, self.run.rounds.max_weight_share)
+        self.report.dropped = checked.dropped | lost
         self.report.accepted = len(valid)
         seconds = [float(r.metrics.get(TRAIN_SECONDS, 0.0)) for r in valid]
         self.report.client_seconds = float(sum(seconds))
@@ -259,18 +271,71 @@ class HeterogeneousStrategy(Strategy):
             return None, None
         for reply in valid:
             profile = self.nodes.profiles[reply.node_id]
-            bytes_up = sum(a.nbytes for a in reply.arrays.values())
             self.accounting.record(
                 server_round,
                 profile.partition_id,
                 profile.device,
                 self._sent[reply.node_id],
-                bytes_up,
+                reply_bytes(reply),
                 reply.metrics,
             )
             self.accounting.trained_points.update(self.points_trained(profile))
         state = self.aggregate(server_round, valid, self._global)
         return finite_or_none(server_round, state), weighted_metrics(valid)
+
+    def clock_round(
+        self, server_round: int, replies: list[ValidReply]
+    ) -> tuple[list[ValidReply], dict[int, str]]:
+        """The valid replies the round's policy keeps, in their order, and why the others are
+        dropped; each client-round's fleet seconds (its payload down, the compute proxy it
+        reported, its reply up) go to the accounts. On the wall clock every reply is kept."""
+        if not self.fleet.virtual or not replies:
+            return replies, {}
+        partition = {r.node_id: self.nodes.profiles[r.node_id].partition_id for r in replies}
+        seconds = {
+            r.node_id: self.fleet.client_seconds(
+                partition[r.node_id],
+                self._sent[r.node_id][1],
+                float(r.metrics.get(COMPUTE_METRIC, 0.0)),
+                reply_bytes(r),
+            )
+            for r in replies
+        }
+        timing = self.fleet.time_round(seconds, self.run.rounds.cohort_size)
+        self.report.fleet_client_seconds = timing.seconds
+        self.report.late, self.report.surplus = len(timing.late), len(timing.surplus)
+        deadline = self.run.fleet.deadline
+        lost = {
+            n: f"late: {seconds[n]:.2f} fleet seconds, past the {deadline:g} s deadline"
+            for n in timing.late
+        } | {
+            n: f"surplus: in after the first {len(timing.kept)} of an over-committed cohort"
+            for n in timing.surplus
+        }
+        for node in sorted(seconds, key=lambda n: partition[n]):
+            outcome = (
+                "late" if node in timing.late else "surplus" if node in timing.surplus else "kept"
+            )
+            self.accounting.record_fleet(
+                server_round,
+                partition[node],
+                self.fleet.device(partition[node]).name,
+                seconds[node],
+                outcome,
+            )
+        if lost:
+            log(
+                INFO,
+                "round %d: the fleet's %s policy drops %d of %d replies (%d late, %d surplus)",
+                server_round,
+                self.run.fleet.policy,
+                len(lost),
+                len(replies),
+                len(timing.late),
+                len(timing.surplus),
+            )
+        kept = set(timing.kept)
+        return [r for r in replies if r.node_id in kept], lost
 
     def _partition_of(self, node_id: int) -> int | None:
         profile = self.nodes.profiles.get(node_id)
@@ -352,6 +417,11 @@ def scheduled_learning_rate(rounds: RoundPlan, server_round: int) -> float:
         progress = (server_round - 1) / rounds.num_server_rounds
         return 0.5 * rounds.learning_rate * (1 + math.cos(math.pi * progress))
     return rounds.learning_rate
+
+
+def reply_bytes(reply: ValidReply) -> int:
+    """Bytes of a reply's arrays: what its node uploaded."""
+    return int(sum(a.nbytes for a in reply.arrays.values()))
 
 
 def float_elements(state: State) -> int:
