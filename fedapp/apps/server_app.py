@@ -145,6 +145,16 @@ def _run_in(grid: Grid, cfg: RunConfig, run_dir: Path, started: float) -> dict[s
     plot_rounds(
         run_dir / ROUNDS_PLOT_FILE, recorder.rows, SELECTION_KEY, f"{cfg.strategy} on {cfg.dataset}"
     )
+    fleet = summary["fleet"]
+    log(
+        INFO,
+        "fleet time: %.3f hours on %s, %s (%d late, %d surplus replies dropped)",
+        fleet["hours"],
+        "the measured rounds" if fleet["clock"] == "wall" else f"fleet {fleet['file']!r}",
+        fleet["policy"],
+        fleet["clients_late"],
+        fleet["clients_surplus"],
+    )
     log(
         INFO,
         "fedapp: test accuracy %s (best validation round %d); results in %s",

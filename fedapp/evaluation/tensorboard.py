@@ -24,6 +24,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("val-", "validation"),
     ("bytes-", "communication"),
     ("clients-", "clients"),
+    ("fleet-", "fleet"),
     ("nas-", "nas"),
     ("seconds", "time"),
     ("wall-seconds", "time"),

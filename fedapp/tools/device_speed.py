@@ -31,6 +31,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fedapp.evaluation.fleets import class_entry
+
 REFERENCE_MODEL = "cnn-small"
 REFERENCE_INPUT = (1, 28, 28)
 REFERENCE_CLASSES = 10
@@ -145,6 +147,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def memory_mb() -> float:
+    """The device's physical memory in MB (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
 def profile(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """Run the measurement; the facts as a JSON-able dict and as text (``fedapp profile``)."""
     import torch
@@ -167,6 +177,7 @@ def profile(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         "step_seconds": args.step_seconds,
         "budget": budget,
         "node_config": f"budget={budget}",
+        "memory_mb": memory_mb(),
     }
     text = "\n".join(
         [
@@ -179,6 +190,14 @@ def profile(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             f"proposed budget: {budget / 1e6:.1f}M MACs "
             f"(a training step of {args.step_seconds:g} s at batch {result.batch_size})",
             f'SuperNode: --node-config "partition-id=... num-partitions=... budget={budget}"',
+            "",
+            "its class in a fleet file (conf/fleets; fill in the links, e.g. from iperf3):",
+            class_entry(
+                f"{platform.machine()}-{result.device}",
+                rate,
+                memory_mb(),
+                f"fedapp profile --seconds {args.seconds:g} on this device",
+            ),
         ]
     )
     return data, text

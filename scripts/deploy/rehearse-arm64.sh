@@ -97,6 +97,7 @@ config = tomllib.loads(Path(preset).read_text()) | {
     "run-name": "arm64-rehearsal", "out-dir": out,
     "node-wait-timeout": 1800.0,  # the emulated node takes minutes to import and profile
     "round-timeout": 3600.0,
+    "fleet": {"clock": "wall"},  # real devices: the rounds' measured time is the fleet's
 }
 write_run_config(Path(target), config)
 parse_run_config(get_fused_config_from_dir(APP_DIR, parse_config_args([target])))

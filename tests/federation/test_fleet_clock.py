@@ -258,3 +258,15 @@ def test_the_default_fleet_carries_a_source_for_every_class() -> None:
         "raspberry-pi-5",
         "x86-laptop",
     }
+
+
+def test_on_the_wall_clock_the_fleet_time_is_the_measured_round(tmp_path: Path) -> None:
+    """A deployment (``fleet.clock = "wall"``) reports its real rounds in the same column."""
+    summary, _ = digits_run(tmp_path, "wall", clock="wall")
+    for row in rows(tmp_path / "wall"):
+        assert row["fleet-seconds-clients"] == row["seconds-train-phase"]
+        assert row["fleet-seconds"] == pytest.approx(
+            row["seconds-train-phase"] + row["seconds-aggregate"]
+        )
+    assert not (tmp_path / "wall" / "fleet.csv").exists()
+    assert summary["fleet"]["clock"] == "wall"
