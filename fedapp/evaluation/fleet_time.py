@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedapp.evaluation.fleet_clock import DeviceClass
+from fedapp.evaluation.intervals import wilson_interval
 
 FLEET_SECONDS = "fleet-seconds"  # a round's length on the fleet (client phase + server work)
 FLEET_CLIENTS = "fleet-seconds-clients"  # its client phase alone
@@ -52,3 +53,22 @@ def time_to_target(
         if key in row and float(row[key]) >= target and FLEET_TOTAL in row:
             return int(row["round"]), float(row[FLEET_TOTAL])
     return None
+
+
+def time_to_target_interval(
+    rows: Sequence[Mapping[str, Any]], target: float, key: str, images: int
+) -> tuple[float | None, float | None]:
+    """Fleet seconds at the first validated round whose 95 % Wilson interval (on ``images``
+    validation images) reaches ``target`` with its upper bound (the earliest the validation
+    cannot rule out) and with its lower bound (the earliest it shows it); None where none
+    does."""
+    early = late = None
+    for row in sorted(rows, key=lambda r: int(r["round"])):
+        if key not in row or FLEET_TOTAL not in row:
+            continue
+        low, high = wilson_interval(float(row[key]), images)
+        if early is None and high >= target:
+            early = float(row[FLEET_TOTAL])
+        if late is None and low >= target:
+            late = float(row[FLEET_TOTAL])
+    return early, late

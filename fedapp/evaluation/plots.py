@@ -276,13 +276,22 @@ def plot_methods_rounds(
     title: str,
     x_label: str = "round",
     target: float | None = None,
+    bands: Mapping[str, Sequence[tuple[float, float]]] | None = None,
 ) -> Path:
     """One line per method: an accuracy in [0, 1] (validation) against the round, or against
-    another axis (``x_label``: the fleet's hours); ``target`` draws that accuracy as a line."""
+    another axis (``x_label``: the fleet's hours); ``bands`` shade each point's interval,
+    ``target`` draws that accuracy as a line."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, points in curves.items():
-        ax.plot([r for r, _ in points], [100 * a for _, a in points], marker="o", label=name)
+        xs = [r for r, _ in points]
+        (line,) = ax.plot(xs, [100 * a for _, a in points], marker="o", label=name)
+        if bands and name in bands:
+            low, high = zip(*bands[name], strict=True)
+            ax.fill_between(
+                xs, [100 * v for v in low], [100 * v for v in high], color=line.get_color(),
+                alpha=0.15, linewidth=0,
+            )  # fmt: skip
     if target is not None:
         ax.axhline(100 * target, color="grey", linestyle="--", linewidth=1, label="target")
     return _finish(plt, fig, ax, path, x_label, "validation accuracy (%)", title)

@@ -33,7 +33,7 @@ from typing import Any
 from flwr.common.config import flatten_dict
 
 from fedapp.evaluation.efficiency import MethodCosts, efficiency_scores
-from fedapp.evaluation.fleet_time import FLEET_TOTAL, time_to_target
+from fedapp.evaluation.fleet_time import FLEET_TOTAL, time_to_target, time_to_target_interval
 from fedapp.evaluation.frontier import frontier_rise
 from fedapp.evaluation.intervals import (
     HIGH,
@@ -41,6 +41,7 @@ from fedapp.evaluation.intervals import (
     SUMMARY_SUFFIX,
     format_accuracy,
     row_interval,
+    wilson_interval,
 )
 from fedapp.evaluation.plots import (
     plot_method_means,
@@ -461,17 +462,24 @@ def default_target(progress: dict[str, list[dict[str, Any]]]) -> float | None:
     return min(finals) if finals else None
 
 
-def fleet_columns(rows: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
+def fleet_columns(rows: list[dict[str, Any]], target: float | None, images: int) -> dict[str, Any]:
     """A method's fleet hours, the updates its round policy lost, and the round and fleet
-    hours at which its validation accuracy first reached ``target``."""
+    hours at which its validation accuracy first reached ``target``, with the hours at which
+    the 95 % interval of its validation accuracy (on ``images`` images) first reached it with
+    its upper bound (``_early``) and its lower bound (``_late``)."""
     timed = [r for r in rows if FLEET_TOTAL in r]
-    reached = time_to_target(timed, target, SELECTION_KEY) if target is not None else None
     lost = sum(int(r.get("clients-late", 0)) + int(r.get("clients-surplus", 0)) for r in rows)
+    reached, (early, late) = None, (None, None)
+    if target is not None:
+        reached = time_to_target(timed, target, SELECTION_KEY)
+        early, late = time_to_target_interval(timed, target, SELECTION_KEY, images)
     return {
         "fleet_hours": timed[-1][FLEET_TOTAL] / 3600 if timed else None,
         "updates_lost": lost,
         "round_to_target": reached[0] if reached else None,
         "hours_to_target": reached[1] / 3600 if reached else None,
+        "hours_to_target_early": early / 3600 if early is not None else None,
+        "hours_to_target_late": late / 3600 if late is not None else None,
     }
 
 
@@ -485,8 +493,9 @@ def write_outputs(
     the time to ``target`` validation accuracy (default: the lowest final one)."""
     progress = fleet_progress(out_dir, [s for s in comparison.strategies if s in summaries])
     target = default_target(progress) if target is None else target
+    images = int(comparison.run_config(comparison.strategies[0])["validation-size"])
     rows = [
-        method_row(s, summaries[s]) | fleet_columns(progress.get(s, []), target)
+        method_row(s, summaries[s]) | fleet_columns(progress.get(s, []), target, images)
         for s in comparison.strategies
         if s in summaries
     ]
@@ -518,16 +527,21 @@ def write_outputs(
         {s: validation_curve(run_dir_of(out_dir, s)) for s in summaries},
         f"{comparison.name}: validation accuracy by round",
     )
+    timed = {
+        s: [r for r in rows if SELECTION_KEY in r]
+        for s, rows in progress.items()
+        if all(FLEET_TOTAL in r for r in rows)
+    }
     plot_methods_rounds(
         out_dir / FLEET_PLOT_FILE,
-        {
-            s: [(r[FLEET_TOTAL] / 3600, r[SELECTION_KEY]) for r in rows if SELECTION_KEY in r]
-            for s, rows in progress.items()
-            if all(FLEET_TOTAL in r for r in rows)
-        },
-        f"{comparison.name}: validation accuracy against the fleet's time",
+        {s: [(r[FLEET_TOTAL] / 3600, r[SELECTION_KEY]) for r in rows] for s, rows in timed.items()},
+        f"{comparison.name}: validation accuracy against the fleet's time (95 % intervals)",
         x_label="fleet hours",
         target=target,
+        bands={
+            s: [wilson_interval(r[SELECTION_KEY], images) for r in rows]
+            for s, rows in timed.items()
+        },
     )
     efficiency = efficiency_rows(rows)
     if efficiency:
@@ -544,8 +558,10 @@ def write_outputs(
             "\nFleet time: each round lasts as long as the replies its policy waits for on the "
             f"fleet, plus the server's own work (`{FLEET_PLOT_FILE}`). Hours and round to "
             "target: the first validated round whose validation accuracy reaches "
-            f"{100 * target:.2f} % (the validation cadence bounds it); updates lost: replies "
-            "dropped as late or surplus by the round policy.\n"
+            f"{100 * target:.2f} % (the validation cadence bounds it); early and late: the "
+            "first at which the 95 % interval of its validation accuracy reaches the target "
+            "with its upper and with its lower bound; updates lost: replies dropped as late or "
+            "surplus by the round policy.\n"
         )
     if efficiency:
         report += "\n## Efficiency (FedKD-NAS scores)\n\n" + markdown_table(efficiency) + "\n"

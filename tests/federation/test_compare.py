@@ -15,6 +15,7 @@ from fedapp.run.pieces import FeastSpaceSection
 from fedapp.tools.compare import (
     COMPARISONS_DIR,
     EFFICIENCY_FILE,
+    FLEET_PLOT_FILE,
     PLOT_FILE,
     POINTS_FILE,
     REPORT_FILE,
@@ -71,6 +72,28 @@ def test_shipped_comparisons_are_valid(name: str) -> None:
     assert all(len(values) == 1 for values in shared.values()), shared
 
 
+def test_a_method_runs_under_labels_each_with_its_overrides(tmp_path: Path) -> None:
+    path = _comparison_file(
+        tmp_path,
+        'preset = "fedavg-digits"\nstrategies = ["fedavg", "fedavg-long"]\n'
+        '[labels]\nfedavg-long = "fedavg"\n[overrides.fedavg-long]\nlocal-epochs = 7\n',
+    )
+    comparison = load_comparison(path)
+    base, labelled = (parse_run_config(comparison.run_config(s)) for s in comparison.strategies)
+    assert (base.strategy, labelled.strategy) == ("fedavg", "fedavg")
+    assert (base.local_epochs, labelled.local_epochs) != (7, 7) and labelled.local_epochs == 7
+    assert run_dir_of(tmp_path, "fedavg-long") == tmp_path / "fedavg-long" / "run"
+    bad = _comparison_file(
+        tmp_path,
+        'preset = "fedavg-digits"\nstrategies = ["fedavg", "x"]\n'
+        '[labels]\nx = "fedsgdx"\nfeast = "fedavg"\n',
+    )
+    with pytest.raises(ConfigError) as err:
+        load_comparison(bad)
+    assert "[labels] x = 'fedsgdx': not a method" in str(err.value)
+    assert "[labels] feast: a method's name, not a label" in str(err.value)
+
+
 def test_shared_changes_apply_to_every_method() -> None:
     comparison = load_comparison("smoke-digits", sets=["seed=7", "partitioner=dirichlet"])
     configs = [parse_run_config(comparison.run_config(s)) for s in comparison.strategies]
@@ -98,6 +121,7 @@ def test_table_plot_and_scores_from_real_runs(tmp_path: Path) -> None:
     for name in (TABLE_FILE, POINTS_FILE, EFFICIENCY_FILE, REPORT_FILE, PLOT_FILE):
         assert (tmp_path / name).stat().st_size > 0, name
     assert (tmp_path / ROUNDS_PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / FLEET_PLOT_FILE).read_bytes()[:4] == b"\x89PNG"
     # one validated round each: the curves the rounds plot draws
     assert validation_curve(run_dir_of(tmp_path, "fedavg")) == [
         (1, pytest.approx(summaries["fedavg"]["best_val_accuracy"]))
@@ -108,6 +132,15 @@ def test_table_plot_and_scores_from_real_runs(tmp_path: Path) -> None:
         feast["population_accuracy"]
     )
     assert rows["fedavg"]["population_accuracy"] == ""  # one model: no operating points
+    # the fleet's time: the run's hours; the target (the lower final validation accuracy) is
+    # reached by both at their one validated round
+    assert result["target"] == pytest.approx(
+        min(s["best_val_accuracy"] for s in summaries.values())
+    )
+    for name, summary in summaries.items():
+        assert float(rows[name]["fleet_hours"]) == pytest.approx(summary["fleet"]["hours"])
+        assert float(rows[name]["hours_to_target"]) == pytest.approx(summary["fleet"]["hours"])
+        assert (rows[name]["updates_lost"], rows[name]["round_to_target"]) == ("0", "1")
     comm = feast["comm"]
     payload = (comm["bytes_down_total"] + comm["bytes_up_total"]) / comm["client_rounds"] / 2**20
     assert float(rows["feast"]["payload_mb_per_client_round"]) == pytest.approx(payload)
