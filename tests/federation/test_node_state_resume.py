@@ -21,6 +21,7 @@ import pytest
 from digits_runs import LOGIT_EXCHANGE_DIGITS
 from flwr.app import ConfigRecord, RecordDict
 from local_grid import PowerCut, crash_in_round, run_config, run_local
+from run_figures import comparable_summary
 
 from fedapp.methods.common.state_store import KEPT_SNAPSHOTS, ROUND_KEY, StateStore, snapshot_name
 from fedapp.run.config import parse_run_config
@@ -30,8 +31,6 @@ from fedapp.wire.records import from_record, to_record
 
 ROUNDS = 2
 #: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.
-VOLATILE = {"wall_seconds", "timing", "resumed_from_round", "run_dir", "resources"}
-MEASURED = {"cpu_percent_mean", "peak_rss_mb_mean", "peak_rss_mb_max"}
 DIGITS = {
     **LOGIT_EXCHANGE_DIGITS,
     "num_server_rounds": ROUNDS,
@@ -63,13 +62,6 @@ def _config(out: Path, method: str, name: str, **extra: Any) -> dict[str, Any]:
     return run_config(**DIGITS | METHODS[method] | {"out_dir": str(out), "run_name": name} | extra)
 
 
-def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
-    kept = {k: v for k, v in summary.items() if k not in VOLATILE}
-    kept["resources"] = {k: v for k, v in summary["resources"].items() if k not in MEASURED}
-    kept.pop("work_by_device", None)  # measured times inside
-    return kept
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Each method's uninterrupted run, made once for this module."""
@@ -95,7 +87,7 @@ def test_a_resume_continues_the_node_states_bit_for_bit(
     resumed, grid = run_local(_config(tmp_path, method, "crash", resume=True), num_nodes=3)
 
     assert resumed["resumed_from_round"] == 1
-    assert _comparable(resumed) == _comparable(uninterrupted[method])
+    assert comparable_summary(resumed) == comparable_summary(uninterrupted[method])
     final = tmp_path / "crash" / "node-state" / "partition-0"
     assert sorted(p.name for p in final.iterdir()) == [snapshot_name(1), snapshot_name(2)]
     if method == "local-kd":  # every node got the teacher's logits in round 1: none again

@@ -18,17 +18,16 @@ import pytest
 from digits_runs import DIGITS_FEAST
 from local_grid import PowerCut, crash_in_round, preset_overrides, run_config, run_local
 from processes import read_rounds
+from run_figures import comparable_summary
 
 from fedapp.methods.common.strategy import build_strategy
 from fedapp.run.config import ConfigError, parse_run_config
 from fedapp.run.profiles import NodeRegistry
 
 ROUNDS, CRASH_AFTER = 2, 1
+
+
 #: What a resumed run cannot equal: clocks, where it ran, measured CPU and memory use.
-VOLATILE = {"wall_seconds", "timing", "resumed_from_round", "run_dir"}
-MEASURED = {"cpu_percent_mean", "peak_rss_mb_mean", "peak_rss_mb_max"}
-
-
 def _config(out: Path, name: str, **extra: Any) -> dict[str, Any]:
     return run_config(
         **preset_overrides("fedavg-digits")
@@ -44,17 +43,6 @@ def _config(out: Path, name: str, **extra: Any) -> dict[str, Any]:
     )
 
 
-def _comparable(summary: dict[str, Any]) -> dict[str, Any]:
-    kept = {k: v for k, v in summary.items() if k not in VOLATILE}
-    kept["resources"] = {k: v for k, v in summary["resources"].items() if k not in MEASURED}
-    # the fleet's client phases survive the checkpoint; its total adds the server's measured work
-    kept["fleet"] = {k: v for k, v in summary["fleet"].items() if k not in ("seconds", "hours")}
-    kept["work_by_device"] = {  # the client-rounds metered, by device, survive the checkpoint
-        device: work["client_rounds"] for device, work in summary["work_by_device"].items()
-    }
-    return kept
-
-
 def test_resumed_run_reports_the_accounting_of_an_uninterrupted_one(tmp_path: Path) -> None:
     whole, _ = run_local(_config(tmp_path, "whole"), num_nodes=4)
 
@@ -66,7 +54,7 @@ def test_resumed_run_reports_the_accounting_of_an_uninterrupted_one(tmp_path: Pa
     resumed, _ = run_local(_config(tmp_path, "crash", resume=True), num_nodes=4)
 
     assert resumed["resumed_from_round"] == CRASH_AFTER
-    assert _comparable(resumed) == _comparable(whole)
+    assert comparable_summary(resumed) == comparable_summary(whole)
     # the figures the comparison covers are real ones, accumulated over all rounds
     cohort = 3
     assert resumed["comm"]["client_rounds"] == ROUNDS * cohort

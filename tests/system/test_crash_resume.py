@@ -31,6 +31,7 @@ from processes import (
     read_rounds,
     wait_for_file,
 )
+from run_figures import comparable_summary
 
 from fedapp.evaluation.results import CHECKPOINT_FILE, FINAL_MODEL_FILE, SUMMARY_FILE
 
@@ -49,7 +50,6 @@ METHODS: dict[str, dict[str, Any]] = {
     "ditto": {"strategy": "ditto", "model": "lenet5-x0.5"},
 }
 #: Figures a resumed run cannot equal: clocks, measured use, where and when it ran.
-VOLATILE = {"wall_seconds", "timing", "resumed_from_round", "run_dir", "resources"}
 
 
 def _config(tmp_path: Path, method: str, run_name: str, **extra: Any) -> Path:
@@ -64,9 +64,7 @@ def _config(tmp_path: Path, method: str, run_name: str, **extra: Any) -> Path:
 
 
 def _figures(run_dir: Path) -> dict[str, Any]:
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
-    summary.pop("work_by_device", None)  # measured seconds inside
-    return {k: v for k, v in summary.items() if k not in VOLATILE}
+    return comparable_summary(json.loads((run_dir / SUMMARY_FILE).read_text()))
 
 
 def _run(fed: Federation, config: Path, log: Path) -> None:
