@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from fedapp.evaluation.fleet_clock import DeviceClass
+from fedapp.partitions.apportion import apportion
 from fedapp.random_streams import Stream, stream_rng
 
 #: Where named fleets live (``fleet.file = "<name>"``).
@@ -91,7 +92,7 @@ class Fleet:
             range(len(self.classes)),
             key=lambda c: (self.classes[c].macs_per_second, self.classes[c].name),
         )
-        counts = _largest_remainder([self.shares[c] for c in by_speed], len(budgets))
+        counts = apportion([self.shares[c] for c in by_speed], len(budgets))
         assigned: dict[int, DeviceClass] = {}
         position = 0
         for class_index, count in zip(by_speed, counts, strict=True):
@@ -110,17 +111,6 @@ class Fleet:
             return True
         draw = stream_rng(seed, Stream.AVAILABILITY, server_round, partition).random()
         return bool(draw < device.availability)
-
-
-def _largest_remainder(shares: Sequence[float], total: int) -> list[int]:
-    """``total`` split in proportion to ``shares`` (which sum to 1), rounded so the counts sum
-    to ``total``: the largest remainders round up, ties to the earlier share."""
-    exact = [s * total for s in shares]
-    counts = [math.floor(x) for x in exact]
-    by_remainder = sorted(range(len(shares)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in by_remainder[: total - sum(counts)]:
-        counts[i] += 1
-    return counts
 
 
 def fleet_names() -> tuple[str, ...]:

@@ -237,24 +237,21 @@ def _cross_checks(cfg: RunConfig) -> list[str]:
             f"'min-train-clients' = {cfg.min_train_clients} asks for more clients per round than "
             f"'num-clients' = {cfg.num_clients}: allowed is 1 to num-clients"
         )
+    run = {key_of(f.name): getattr(cfg, f.name) for f in run_fields()}
     if METHODS[cfg.strategy].needs_public_set and cfg.public_size < 1:
         problems.append(
             f"strategy {cfg.strategy!r} distils on a public set, but 'public-size' = "
             f"{cfg.public_size}: set it to the number of server-held public images (e.g. 500)"
         )
     elif (kind := settings_class(cfg.strategy)) is not None:
-        problems += cfg.section(kind).cross_checks(cfg.strategy, _run_wide(cfg))
+        problems += cfg.section(kind).cross_checks(cfg.strategy, run)
     for shared in SHARED_SECTIONS:
-        problems += cfg.section(shared).cross_checks(cfg.strategy, _run_wide(cfg))
+        problems += cfg.section(shared).cross_checks(cfg.strategy, run)
     if cfg.resume and not cfg.run_name:
         problems.append(
             "'resume' = true needs 'run-name': the run to continue is <out-dir>/<run-name>"
         )
     return problems
-
-
-def _run_wide(cfg: RunConfig) -> dict[str, Any]:
-    return {key_of(f.name): getattr(cfg, f.name) for f in run_fields()}
 
 
 def parse_run_config(run_config: Mapping[str, Any]) -> RunConfig:

@@ -33,6 +33,7 @@ from fedapp.methods.common.local_round import round_generator, shard_loader
 from fedapp.methods.common.own_model import keep_own_model, load_own_model, own_candidate
 from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
 from fedapp.methods.fedmd.settings import FedMDSettings
+from fedapp.partitions.apportion import apportion
 from fedapp.random_streams import Stream, stream_rng
 from fedapp.run.context import RunContext
 from fedapp.run.federated_data import server_set
@@ -72,11 +73,7 @@ def alignment_indices(labels: np.ndarray, size: int, seed: int, server_round: in
     with the largest remainders (ties to the lower class).
     """
     classes, counts = np.unique(labels, return_counts=True)
-    exact = size * counts / counts.sum()
-    share = np.floor(exact).astype(int)
-    leftover = size - int(share.sum())
-    order = np.lexsort((classes, -(exact - share)))  # largest remainder first, then class
-    share[order[:leftover]] += 1
+    share = apportion(counts, size)
     rng = stream_rng(seed, Stream.FEDMD_ALIGNMENT, server_round)
     chosen = [
         rng.choice(np.flatnonzero(labels == c), size=n, replace=False)
