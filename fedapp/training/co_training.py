@@ -58,8 +58,13 @@ class CoTrainingPlan:
             return (self.largest,)
         return (self.smallest, self.largest, *(self.intermediates if self.rule == "full" else ()))
 
-    def passes(self, generator: torch.Generator) -> list[Pass]:
-        """This mini-batch's passes in order (the teacher first); draws the random one."""
+    @property
+    def draws_intermediate(self) -> bool:
+        """Whether every mini-batch adds a random intermediate variant to the fixed passes."""
+        return self.rule == "full" and bool(self.intermediates)
+
+    def fixed_passes(self) -> list[Pass]:
+        """The passes every mini-batch runs, in order (the teacher first)."""
         low, high = Pass(self.smallest, False), Pass(self.largest, False)
         if self.rule == "min" or self.largest == self.smallest:
             return [low]
@@ -67,11 +72,22 @@ class CoTrainingPlan:
             return [high]
         if self.rule == "min-max":
             return [high, low]
-        passes = [Pass(self.largest, False, teacher=True), Pass(self.smallest, True)]
-        if self.rule == "full" and self.intermediates:
+        return [Pass(self.largest, False, teacher=True), Pass(self.smallest, True)]
+
+    def passes(self, generator: torch.Generator) -> list[Pass]:
+        """This mini-batch's passes in order (the teacher first); draws the random one."""
+        passes = self.fixed_passes()
+        if self.draws_intermediate:
             pick = int(torch.randint(len(self.intermediates), (1,), generator=generator))
             passes.append(Pass(self.intermediates[pick], True))
         return passes
+
+    @property
+    def least_forward_macs(self) -> int:
+        """Forward MACs of one mini-batch's passes at the least (the random one at the
+        cheapest intermediate): what the server can hold a client's reported work to."""
+        fixed = sum(p.variant.macs for p in self.fixed_passes())
+        return fixed + (min(v.macs for v in self.intermediates) if self.draws_intermediate else 0)
 
 
 def plan_for(cache: VariantCache, affordable: Sequence[int], rule: str) -> CoTrainingPlan:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from digits_runs import LOGIT_EXCHANGE_DIGITS
+from digits_runs import FEDMD_PHASES, LOGIT_EXCHANGE_DIGITS
 from flwr.app import ConfigRecord, RecordDict
 from local_grid import PowerCut, crash_in_round, run_config, run_local
 from run_figures import comparable_summary
@@ -39,15 +39,7 @@ DIGITS = {
 }
 METHODS = {
     "ditto": {"strategy": "ditto", "model": "lenet5-x0.5", "learning_rate": 0.05},
-    "fedmd": {
-        "strategy": "fedmd",
-        "public_size": 200,
-        "fedmd__alignment_size": 60,
-        "fedmd__pretrain_public_epochs": 1,
-        "fedmd__pretrain_private_epochs": 1,
-        "fedmd__digest_epochs": 1,
-        "fedmd__revisit_epochs": 1,
-    },
+    "fedmd": FEDMD_PHASES,
     "local-kd": {
         "strategy": "local-kd",
         "candidates__family": "lenet5",

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from digits_runs import DIGITS_FEDDISTILL as FEDDISTILL
+from digits_runs import FEDMD_PHASES
 from digits_runs import LOGIT_EXCHANGE_DIGITS as DIGITS
 from flwr.app import Array, ConfigRecord, Message, MessageType, RecordDict
 from local_grid import LocalGrid, local_federation, run_config, server_context
@@ -37,15 +38,7 @@ from fedapp.training.loops import seed_local_work, train_loader, train_supervise
 from fedapp.wire.messages import LOGITS
 from fedapp.wire.records import from_record, load_state, to_record
 
-FEDMD = DIGITS | {
-    "strategy": "fedmd",
-    "public_size": 200,
-    "fedmd__alignment_size": 60,
-    "fedmd__pretrain_public_epochs": 1,
-    "fedmd__pretrain_private_epochs": 1,
-    "fedmd__digest_epochs": 1,
-    "fedmd__revisit_epochs": 1,
-}
+FEDMD = DIGITS | FEDMD_PHASES
 
 
 def _cfg(base: dict[str, Any], **overrides: Any) -> tuple[dict[str, Any], Any]:

@@ -154,6 +154,18 @@ LOGIT_EXCHANGE_DIGITS = {
 }
 
 
+#: FedMD with one epoch of each of its phases on a 200-image public set, 60 of them aligned.
+FEDMD_PHASES: dict[str, Any] = {
+    "strategy": "fedmd",
+    "public_size": 200,
+    "fedmd__alignment_size": 60,
+    "fedmd__pretrain_public_epochs": 1,
+    "fedmd__pretrain_private_epochs": 1,
+    "fedmd__digest_epochs": 1,
+    "fedmd__revisit_epochs": 1,
+}
+
+
 DIGITS_FEDDISTILL = LOGIT_EXCHANGE_DIGITS | {
     "strategy": "feddistill",
     "learning_rate": 0.05,

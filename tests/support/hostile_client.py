@@ -2,8 +2,9 @@
 
 Each node trains and evaluates exactly as fedapp's ClientApp does (same functions, same state),
 then, where ``lies`` names its partition and the round, changes its reply the way a lying or
-broken device would: claim 10^12 times its examples (with random weights), send a metric as a
-list, arrays of the wrong length, extra arrays, bytes that are no numpy array, leave out or
+broken device would: claim 10^12 times its examples (with random weights), claim it did no
+work or 1 % less than it did (to slip under a deadline), send a metric as a list, arrays of the
+wrong length, extra arrays, bytes that are no numpy array, leave out or
 garble its NAS metrics, or (on the validation split) evaluate without accuracy or claim 10^12
 examples; the server must drop each such reply with a logged reason and carry on. Random weights
 with the node's true example count (``noisy-weights``) pass every check: only a robust
@@ -25,6 +26,7 @@ from fedapp.methods.fedkd_nas.keys import NAS_MULTIPLIER, NAS_REASON
 from fedapp.wire.messages import (
     ACCURACY,
     ARRAYS,
+    COMPUTE_METRIC,
     CONFIG,
     EVAL_SPLIT,
     METRICS,
@@ -66,6 +68,16 @@ def inflated_examples(reply: Message) -> Message:
     """Random weights, claimed to come from 10^12 times the node's examples."""
     noisy_weights(reply)
     return _metrics(reply, lambda m: m | {NUM_EXAMPLES: m[NUM_EXAMPLES] * INFLATION})
+
+
+def no_work(reply: Message) -> Message:
+    """A compute proxy of 0: the reply would take only its transfers on the fleet's clock."""
+    return _metrics(reply, lambda m: m | {COMPUTE_METRIC: 0.0})
+
+
+def under_reported_compute(reply: Message) -> Message:
+    """The compute proxy 1 % below what the node trained."""
+    return _metrics(reply, lambda m: m | {COMPUTE_METRIC: 0.99 * m[COMPUTE_METRIC]})
 
 
 def list_metric(reply: Message) -> Message:
@@ -121,6 +133,8 @@ def inflated_evaluation(reply: Message) -> Message:
 TRAIN_LIES: dict[str, Callable[[Message], Message]] = {
     "noisy-weights": noisy_weights,
     "inflated-examples": inflated_examples,
+    "no-work": no_work,
+    "under-reported-compute": under_reported_compute,
     "list-metric": list_metric,
     "wrong-length": wrong_length,
     "extra-arrays": extra_arrays,

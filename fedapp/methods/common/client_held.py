@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from fedapp.evaluation.operating_points import OperatingPoint
 from fedapp.methods.common.evaluators import ClientModels
+from fedapp.methods.common.own_model import own_candidate
 from fedapp.methods.common.strategy import HeterogeneousStrategy, NotServable, State
 from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
@@ -34,6 +35,10 @@ class ClientHeldStrategy(HeterogeneousStrategy):
             f"budget {profile.budget:.0f} MACs is below the family's cheapest candidate "
             f"({self.cheapest_macs} MACs)"
         )
+
+    def own_model_macs(self, profile: NodeProfile) -> int:
+        """Forward MACs of the model a node keeps (the largest candidate its budget affords)."""
+        return own_candidate(self.run, self.info, profile.budget).macs
 
     def servable_points(self, state: State) -> list[OperatingPoint]:
         """None: each client keeps its own model, which never reaches the server."""

@@ -4,7 +4,9 @@ Every reply is the node's own word, so it is read against what the server knows:
 was sent (names, shapes and dtypes, checked from each array's header before its bytes are
 decoded; names it was not sent are refused undecoded), the metrics the method reads (scalars,
 finite; times, CPU and memory figures not negative) and how many examples the node can have
-used (its profile's training examples, or the size of the split it evaluated). Any failure
+used (its profile's training examples, or the size of the split it evaluated) and the least
+work those examples take (a compute proxy below the method's floor would shorten the reply's
+time on the fleet's clock; a reply that claims it is dropped). Any failure
 while reading a reply, also inside a method's own reading of it (``ReplySchema.read``), drops
 that reply alone with its reason: no reply can stop a round.
 """
@@ -88,6 +90,19 @@ class InvalidReply(ValueError):
     """Why a reply was refused (the message is logged)."""
 
 
+@dataclass(frozen=True)
+class ComputeFloor:
+    """The least compute proxy (MACs) a training reply can honestly report: ``per_example``
+    for each example it claims beyond the first (a lone last batch is left out of training),
+    plus ``fixed`` (work that does not grow with the shard). The default is no floor."""
+
+    per_example: float = 0.0
+    fixed: float = 0.0
+
+    def of(self, num_examples: int) -> float:
+        return self.fixed + self.per_example * max(num_examples - 1, 0)
+
+
 def _no_reading(reply: ValidReply) -> None:
     """The default of ``ReplySchema.read``: a method with nothing of its own to read."""
 
@@ -95,12 +110,14 @@ def _no_reading(reply: ValidReply) -> None:
 @dataclass(frozen=True)
 class ReplySchema:
     """What one node's reply must hold: its arrays, the scalar metrics the method reads besides
-    num-examples, the most examples it can claim (None: no bound), and ``read``, the method's
-    own reading of an otherwise valid reply (anything it raises drops the reply)."""
+    num-examples, the most examples it can claim (None: no bound), the least compute proxy
+    its claimed examples take, and ``read``, the method's own reading of an otherwise valid
+    reply (anything it raises drops the reply)."""
 
     arrays: Mapping[str, ArraySpec]
     metrics: frozenset[str] = frozenset()
     max_examples: int | None = None
+    compute_floor: ComputeFloor = ComputeFloor()
     read: Callable[[ValidReply], None] = field(default=_no_reading, compare=False)
 
 
@@ -146,6 +163,7 @@ def validate_reply(message: Message, schema: ReplySchema) -> ValidReply:
     if ARRAYS not in content.array_records or METRICS not in content.metric_records:
         raise InvalidReply(f"reply lacks '{ARRAYS}' or '{METRICS}' records")
     metrics = validate_metrics(message, schema.metrics, schema.max_examples)
+    check_compute(metrics, schema.compute_floor)
     record = content.array_records[ARRAYS]
     names = set(record.keys())
     if names != set(schema.arrays):
@@ -189,6 +207,20 @@ def validate_metrics(
             "node can have used"
         )
     return metrics
+
+
+def check_compute(metrics: Mapping[str, Any], floor: ComputeFloor) -> None:
+    """Refuse a compute proxy below the floor of the examples the reply claims (a missing one
+    where there is a floor)."""
+    least = floor.of(int(metrics[NUM_EXAMPLES]))
+    if least <= 0:
+        return
+    reported = metrics.get(COMPUTE_METRIC)
+    if reported is None or reported < least:
+        raise InvalidReply(
+            f"metric {COMPUTE_METRIC} = {reported!r} is less than the {least:.6g} MACs its "
+            f"{metrics[NUM_EXAMPLES]} examples take at the least"
+        )
 
 
 def _is_number(value: object) -> bool:

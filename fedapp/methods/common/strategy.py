@@ -35,6 +35,7 @@ from fedapp.methods.common.cohort import CohortSampler
 from fedapp.methods.common.evaluators import Evaluator, State
 from fedapp.methods.common.reply_validation import (
     ArraySpec,
+    ComputeFloor,
     ReplySchema,
     ValidReply,
     cap_shares,
@@ -49,6 +50,7 @@ from fedapp.run.fleet import RunFleet
 from fedapp.run.pieces import RoundPlan
 from fedapp.run.profiles import NodeProfile, NodeRegistry
 from fedapp.training.loops import resolve_device
+from fedapp.training.train_metrics import FORWARD_BACKWARD_FACTOR
 from fedapp.wire.messages import (
     ARRAYS,
     COMPUTE_METRIC,
@@ -163,13 +165,28 @@ class HeterogeneousStrategy(Strategy):
         """A method's own reading of a reply that passed the common checks (e.g. the NAS
         choice it names); whatever it raises drops the reply with the reason logged."""
 
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """The least compute proxy a node's training reply this round can report (asked once
+        its payload is made): a method that knows what its clients train bounds it, so that no
+        client shortens its time on the fleet's clock by under-reporting; the default bounds
+        nothing."""
+        return ComputeFloor()
+
+    def training_floor(self, forward_macs: float, epochs: int | None = None) -> ComputeFloor:
+        """The floor of ``epochs`` (default: ``local-epochs``) over the shard, each example
+        costing at least ``forward_macs`` forward MACs and the backward pass after them."""
+        epochs = self.run.training.local_epochs if epochs is None else epochs
+        return ComputeFloor(FORWARD_BACKWARD_FACTOR * forward_macs * epochs)
+
     def reply_schema(self, profile: NodeProfile, payload: State) -> ReplySchema:
         """What a node's training reply must hold: ``expected_reply``'s arrays, the method's
-        ``reply_metrics``, and no more examples than the node's profile holds."""
+        ``reply_metrics``, no more examples than the node's profile holds, and at least the
+        compute its examples take."""
         return ReplySchema(
             arrays=self.expected_reply(profile, payload),
             metrics=self.reply_metrics,
             max_examples=profile.num_examples,
+            compute_floor=self.compute_floor(profile),
             read=self.read_reply,
         )
 

@@ -13,7 +13,7 @@ from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE, OperatingPoint
 from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.evaluators import GlobalModel
-from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.reply_validation import ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State
 from fedapp.models.zoo import build_model, forward_macs
 from fedapp.random_streams import Stream, stream_seed
@@ -42,6 +42,14 @@ class WholeModelStrategy(HeterogeneousStrategy):
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         return slice_mean(global_state, replies)
+
+    #: Models of the run's kind each client trains a round, each for local epochs over its
+    #: shard (Ditto: the global copy and the personal model).
+    models_trained: int = 1
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of each model the client trains."""
+        return self.training_floor(self.models_trained * forward_macs(self.run.model, self.info))
 
     def global_model(self, state: State) -> torch.nn.Module:
         """The run's model holding ``state``."""

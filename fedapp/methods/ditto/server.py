@@ -73,6 +73,8 @@ class GlobalAndPersonal:
 class DittoStrategy(WholeModelStrategy):
     """FedAvg, measured on its global model and on the clients' personal models."""
 
+    models_trained = 2  # the global copy, then the personal model on the same shard
+
     def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
         super().__init__(run, nodes)
         self.evaluator = GlobalAndPersonal(

@@ -18,7 +18,7 @@ from flwr.common.logger import log
 from fedapp.data.registry import ImageArrays
 from fedapp.evaluation.accounting import exposure
 from fedapp.methods.common.aggregation import slice_mean
-from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.reply_validation import ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.common.supernet_server import CachedSupernetStrategy
 from fedapp.methods.feast.keys import AFFORDABLE, ROUTED
@@ -27,7 +27,7 @@ from fedapp.models.elastic_resnet import state_shapes
 from fedapp.models.slicing import extract
 from fedapp.run.context import RunContext
 from fedapp.run.profiles import NodeProfile, NodeRegistry
-from fedapp.training.co_training import plan_for
+from fedapp.training.co_training import CoTrainingPlan, plan_for
 
 
 class FeastStrategy(CachedSupernetStrategy):
@@ -54,15 +54,20 @@ class FeastStrategy(CachedSupernetStrategy):
             ROUTED: self.settings.routing,
         }
 
+    def plan_of(self, profile: NodeProfile) -> CoTrainingPlan:
+        """The co-training plan the node's client follows (from the affordable set it is sent)."""
+        return plan_for(
+            self.space.cache, self.route_of(profile).affordable, self.settings.training_rule
+        )
+
     def points_trained(self, profile: NodeProfile) -> list[int]:
         """The cached variants of the node's plan: the minimum, its maximum, (rule full) the
         intermediates it draws from."""
-        plan = plan_for(
-            self.space.cache,
-            self.route_of(profile).affordable,
-            self.settings.training_rule,
-        )
-        return [self.space.cache.variants.index(v) for v in plan.trained]
+        return [self.space.cache.variants.index(v) for v in self.plan_of(profile).trained]
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the node's plan, its random pass at the cheapest intermediate."""
+        return self.training_floor(self.plan_of(profile).least_forward_macs)
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         return slice_mean(global_state, replies)

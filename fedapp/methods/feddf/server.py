@@ -34,7 +34,7 @@ from fedapp.evaluation.operating_points import (
 )
 from fedapp.evaluation.results import write_csv
 from fedapp.methods.common.evaluators import OperatingPoints
-from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.reply_validation import ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import (
     HeterogeneousStrategy,
     State,
@@ -46,6 +46,7 @@ from fedapp.methods.feddf.settings import FedDFSettings
 from fedapp.models.budgets import BudgetError
 from fedapp.models.families import Candidate, build_candidate, largest_affordable
 from fedapp.models.slicing import SliceAccumulator
+from fedapp.models.zoo import forward_macs
 from fedapp.random_streams import Stream, stream_seed
 from fedapp.run.context import RunContext
 from fedapp.run.federated_data import public_images, server_set
@@ -152,6 +153,10 @@ class FedDFStrategy(HeterogeneousStrategy):
         return super().train_config(server_round, profile) | {
             PROTOTYPE: self.prototype_of(profile).name
         }
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the node's prototype."""
+        return self.training_floor(forward_macs(self.prototype_of(profile).name, self.info))
 
     def reference_params(self, global_state: State) -> int:
         """What a single-model method would send: the largest served prototype."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedapp.methods.common.client_held import ClientHeldStrategy
-from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
+from fedapp.methods.common.reply_validation import ArraySpec, ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.feddistill.keys import GLOBAL_LOGITS, GLOBAL_PRESENT, LABEL_COUNTS, LABEL_LOGITS
 from fedapp.methods.feddistill.settings import FedDistillSettings
@@ -70,6 +70,10 @@ class FedDistillStrategy(ClientHeldStrategy):
             self.contributors(profile, global_state),
         )
         return {GLOBAL_LOGITS: logits, GLOBAL_PRESENT: present}
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the node's own model."""
+        return self.training_floor(self.own_model_macs(profile))
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         classes = self.info.num_classes

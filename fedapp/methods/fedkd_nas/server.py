@@ -33,7 +33,12 @@ from fedapp.evaluation.operating_points import EVAL_BATCH_SIZE
 from fedapp.evaluation.results import write_csv
 from fedapp.methods.common.client_held import ClientHeldStrategy
 from fedapp.methods.common.evaluators import ClientModels
-from fedapp.methods.common.reply_validation import ArraySpec, InvalidReply, ValidReply
+from fedapp.methods.common.reply_validation import (
+    ArraySpec,
+    ComputeFloor,
+    InvalidReply,
+    ValidReply,
+)
 from fedapp.methods.common.strategy import State
 from fedapp.methods.fedkd_nas.keys import (
     NAS_HOLDOUT_ACCURACY,
@@ -52,7 +57,7 @@ from fedapp.methods.fedkd_nas.keys import (
     NO_RIVAL,
     TARGET,
 )
-from fedapp.methods.fedkd_nas.nas import memory_budget
+from fedapp.methods.fedkd_nas.nas import feasible_candidates, memory_budget
 from fedapp.methods.fedkd_nas.settings import FedKDNASSettings
 from fedapp.models.families import affordable
 from fedapp.models.zoo import build_model
@@ -207,6 +212,11 @@ class FedKDNASStrategy(ClientHeldStrategy):
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
         return {TARGET: global_state[TARGET]} if TARGET in global_state else {}
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the cheapest candidate the node can train (its student is one)."""
+        feasible = feasible_candidates(self.run, self.info, profile.budget)
+        return self.training_floor(min(c.macs for c in feasible))
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         return {LOGITS: ArraySpec(self.public_shape, "float32")}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedapp.methods.common.client_held import ClientHeldStrategy
-from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
+from fedapp.methods.common.reply_validation import ArraySpec, ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.fedmd.keys import CONSENSUS, CONSENSUS_ROUND
 from fedapp.methods.fedmd.settings import FedMDSettings
@@ -38,6 +38,15 @@ class FedMDStrategy(ClientHeldStrategy):
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
         return global_state
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """The upload's forward passes over the alignment subset, and once there is a consensus
+        the revisit of the shard (a node's first round trains more: transfer learning)."""
+        settings = self.run.section(FedMDSettings)
+        macs = self.own_model_macs(profile)
+        revisit = settings.revisit_epochs if int(self._global[CONSENSUS_ROUND]) > 0 else 0
+        floor = self.training_floor(macs, revisit)
+        return ComputeFloor(floor.per_example, fixed=macs * settings.alignment_size)
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         return {

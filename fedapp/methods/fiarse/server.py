@@ -35,7 +35,7 @@ from fedapp.evaluation.operating_points import (
     points_validation,
 )
 from fedapp.methods.common.evaluators import OperatingPoints
-from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.reply_validation import ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.fiarse.keys import MASK_MACS, THRESHOLDS
 from fedapp.methods.fiarse.settings import FiarseSettings
@@ -144,6 +144,11 @@ class FiarseStrategy(HeterogeneousStrategy):
             THRESHOLDS: [thresholds[n] for n in self.masked],
             MASK_MACS: self.family(self._global).effective_macs(thresholds),
         }
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs at the effective MACs of the node's mask (what its config says)."""
+        thresholds = self._thresholds[profile.node_id]
+        return self.training_floor(self.family(self._global).effective_macs(thresholds))
 
     def points_trained(self, profile: NodeProfile) -> list[float]:
         """The node trained the mask of its own fraction."""

@@ -33,7 +33,7 @@ from fedapp.evaluation.operating_points import (
     points_validation,
 )
 from fedapp.methods.common.evaluators import OperatingPoints
-from fedapp.methods.common.reply_validation import ArraySpec, ValidReply
+from fedapp.methods.common.reply_validation import ArraySpec, ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.heterofl.keys import LABEL_MASK, WIDTH_KEY
 from fedapp.methods.heterofl.settings import HeteroFLSettings
@@ -138,6 +138,10 @@ class HeteroFLStrategy(HeterogeneousStrategy):
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
         return [WIDTHS.index(self.width_of(profile))]
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the node's width."""
+        return self.training_floor(self.costs[self.width_of(profile)].macs)
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         return super().expected_reply(profile, payload) | {

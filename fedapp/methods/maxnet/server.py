@@ -26,7 +26,7 @@ from flwr.serverapp import Grid
 
 from fedapp.data.registry import ImageArrays
 from fedapp.methods.common.aggregation import slice_mean
-from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.reply_validation import ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import State
 from fedapp.methods.common.supernet_server import CachedSupernetStrategy
 from fedapp.methods.maxnet.keys import SUBNET
@@ -252,6 +252,10 @@ class MaxNetStrategy(CachedSupernetStrategy):
 
     def payload_params(self, profile: NodeProfile, payload: State) -> int:
         return self.assigned[profile.partition_id].params
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the node's assigned subnet."""
+        return self.training_floor(self.assigned[profile.partition_id].macs)
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         assignment = self.assigned[profile.partition_id]

@@ -27,7 +27,7 @@ from fedapp.evaluation.operating_points import (
 )
 from fedapp.methods.common.aggregation import slice_mean
 from fedapp.methods.common.evaluators import OperatingPoints
-from fedapp.methods.common.reply_validation import ValidReply
+from fedapp.methods.common.reply_validation import ComputeFloor, ValidReply
 from fedapp.methods.common.strategy import HeterogeneousStrategy, State, point_evaluator
 from fedapp.methods.scalefl.keys import LEVEL
 from fedapp.methods.scalefl.settings import ScaleFLSettings
@@ -104,6 +104,10 @@ class ScaleFLStrategy(HeterogeneousStrategy):
 
     def points_trained(self, profile: NodeProfile) -> list[int]:
         return [self.level_of(profile)]
+
+    def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
+        """Local epochs of the node's level, its exits included."""
+        return self.training_floor(self.costs[self.level_of(profile)].macs)
 
     def aggregate(self, server_round: int, replies: list[ValidReply], global_state: State) -> State:
         return slice_mean(global_state, replies, [1.0] * len(replies))
