@@ -6,7 +6,7 @@ width, level, mask, subnet or co-training plan). Every method runs on real digit
 in-process grid with fedapp's own ClientApp, one partition claiming to have done no work: that
 reply alone is dropped with its reason, and every honest reply (all other partitions, all
 other rounds) is kept, so no honest client is ever below its floor. On FedAvg a claim 1 %
-below the real work is refused too.
+below the real work is refused too, and on HeteroFL a claim of half the shard with half the work.
 """
 
 from __future__ import annotations
@@ -97,6 +97,20 @@ def test_a_fedavg_reply_one_percent_short_of_its_work_is_dropped(
     assert rows[0]["clients-dropped"] == 1
     (refusal,) = _refusals(caplog)
     assert "(partition 1)" in refusal and "take at the least" in refusal
+
+
+def test_a_heterofl_reply_claiming_half_its_shard_and_half_the_work_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """HeteroFL averages replies unweighted: fewer examples claimed would buy a shorter time at
+    no cost in say, so the floor counts the examples the node's profile holds."""
+    overrides, _ = RUNS["heterofl"]
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        rows = _run(tmp_path, overrides, {2: {1: "fewer-examples"}})
+
+    assert rows[0]["clients-dropped"] == 1
+    (refusal,) = _refusals(caplog)
+    assert "(partition 2)" in refusal and "take at the least" in refusal
 
 
 def test_a_plans_least_work_is_its_cheapest_draw() -> None:

@@ -3,12 +3,12 @@
 Each node trains and evaluates exactly as fedapp's ClientApp does (same functions, same state),
 then, where ``lies`` names its partition and the round, changes its reply the way a lying or
 broken device would: claim 10^12 times its examples (with random weights), claim it did no
-work or 1 % less than it did (to slip under a deadline), send a metric as a list, arrays of the
-wrong length, extra arrays, bytes that are no numpy array, leave out or
-garble its NAS metrics, or (on the validation split) evaluate without accuracy or claim 10^12
-examples; the server must drop each such reply with a logged reason and carry on. Random weights
-with the node's true example count (``noisy-weights``) pass every check: only a robust
-aggregation (Krum, the median, ...) can resist them.
+work, 1 % less than it did, or half its examples and half its work (to slip under a deadline),
+send a metric as a list, arrays of the wrong length, extra arrays, bytes that are no numpy
+array, leave out or garble its NAS metrics, or (on the validation split) evaluate without
+accuracy or claim 10^12 examples; the server must drop each such reply with a logged reason and
+carry on. Random weights with the node's true example count (``noisy-weights``) pass every
+check: only a robust aggregation (Krum, the median, ...) can resist them.
 ``profile_lies`` makes chosen partitions' handshake replies claim other profile values.
 """
 
@@ -80,6 +80,14 @@ def under_reported_compute(reply: Message) -> Message:
     return _metrics(reply, lambda m: m | {COMPUTE_METRIC: 0.99 * m[COMPUTE_METRIC]})
 
 
+def fewer_examples(reply: Message) -> Message:
+    """Half its examples claimed, and the compute proxy of half (its time on the clock halved)."""
+    return _metrics(
+        reply,
+        lambda m: m | {NUM_EXAMPLES: m[NUM_EXAMPLES] // 2, COMPUTE_METRIC: 0.5 * m[COMPUTE_METRIC]},
+    )
+
+
 def list_metric(reply: Message) -> Message:
     """train-seconds as a list where the server reads one number."""
     return _metrics(reply, lambda m: m | {TRAIN_SECONDS: [1.0, 2.0]})
@@ -135,6 +143,7 @@ TRAIN_LIES: dict[str, Callable[[Message], Message]] = {
     "inflated-examples": inflated_examples,
     "no-work": no_work,
     "under-reported-compute": under_reported_compute,
+    "fewer-examples": fewer_examples,
     "list-metric": list_metric,
     "wrong-length": wrong_length,
     "extra-arrays": extra_arrays,

@@ -93,14 +93,20 @@ class InvalidReply(ValueError):
 @dataclass(frozen=True)
 class ComputeFloor:
     """The least compute proxy (MACs) a training reply can honestly report: ``per_example``
-    for each example it claims beyond the first (a lone last batch is left out of training),
+    for each example trained beyond the first (a lone last batch is left out of training),
     plus ``fixed`` (work that does not grow with the shard). The default is no floor."""
 
     per_example: float = 0.0
     fixed: float = 0.0
+    #: The examples the client trains whatever its reply claims (its profile's, where the
+    #: method trains the whole shard); None: the reply's claim.
+    held: int | None = None
 
-    def of(self, num_examples: int) -> float:
-        return self.fixed + self.per_example * max(num_examples - 1, 0)
+    def examples(self, claimed: int) -> int:
+        return claimed if self.held is None else self.held
+
+    def of(self, claimed: int) -> float:
+        return self.fixed + self.per_example * max(self.examples(claimed) - 1, 0)
 
 
 def _no_reading(reply: ValidReply) -> None:
@@ -210,16 +216,17 @@ def validate_metrics(
 
 
 def check_compute(metrics: Mapping[str, Any], floor: ComputeFloor) -> None:
-    """Refuse a compute proxy below the floor of the examples the reply claims (a missing one
-    where there is a floor)."""
-    least = floor.of(int(metrics[NUM_EXAMPLES]))
+    """Refuse a compute proxy below the floor of the examples trained (a missing one where
+    there is a floor)."""
+    claimed = int(metrics[NUM_EXAMPLES])
+    least = floor.of(claimed)
     if least <= 0:
         return
     reported = metrics.get(COMPUTE_METRIC)
     if reported is None or reported < least:
         raise InvalidReply(
             f"metric {COMPUTE_METRIC} = {reported!r} is less than the {least:.6g} MACs its "
-            f"{metrics[NUM_EXAMPLES]} examples take at the least"
+            f"{floor.examples(claimed)} examples take at the least"
         )
 
 

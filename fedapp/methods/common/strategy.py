@@ -18,7 +18,7 @@ import math
 import time
 from abc import abstractmethod
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -178,15 +178,22 @@ class HeterogeneousStrategy(Strategy):
         epochs = self.run.training.local_epochs if epochs is None else epochs
         return ComputeFloor(FORWARD_BACKWARD_FACTOR * forward_macs * epochs)
 
+    #: Whether a client trains its whole shard (its profile's examples), so that its compute
+    #: floor counts them whatever its reply claims (FedKD-NAS holds part of it out).
+    trains_whole_shard: bool = True
+
     def reply_schema(self, profile: NodeProfile, payload: State) -> ReplySchema:
         """What a node's training reply must hold: ``expected_reply``'s arrays, the method's
         ``reply_metrics``, no more examples than the node's profile holds, and at least the
         compute its examples take."""
+        floor = self.compute_floor(profile)
+        if self.trains_whole_shard:
+            floor = replace(floor, held=profile.num_examples)
         return ReplySchema(
             arrays=self.expected_reply(profile, payload),
             metrics=self.reply_metrics,
             max_examples=profile.num_examples,
-            compute_floor=self.compute_floor(profile),
+            compute_floor=floor,
             read=self.read_reply,
         )
 

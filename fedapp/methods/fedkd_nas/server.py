@@ -142,6 +142,8 @@ def exchange_metrics(
 class FedKDNASStrategy(ClientHeldStrategy):
     """Logit exchange on the public set with teacher fusion and EMA; clients choose by NAS."""
 
+    trains_whole_shard = False  # a client scores its candidates on a held-out part of it
+
     def __init__(self, run: RunContext, nodes: NodeRegistry) -> None:
         super().__init__(run, nodes)
         self.settings = run.section(FedKDNASSettings)
