@@ -10,6 +10,8 @@ rounds.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from fedapp.methods.common.client_held import ClientHeldStrategy
@@ -45,8 +47,7 @@ class FedMDStrategy(ClientHeldStrategy):
         settings = self.run.section(FedMDSettings)
         macs = self.own_model_macs(profile)
         revisit = settings.revisit_epochs if int(self._global[CONSENSUS_ROUND]) > 0 else 0
-        floor = self.training_floor(macs, revisit)
-        return ComputeFloor(floor.per_example, fixed=macs * settings.alignment_size)
+        return replace(self.training_floor(macs, revisit), fixed=macs * settings.alignment_size)
 
     def expected_reply(self, profile: NodeProfile, payload: State) -> dict[str, ArraySpec]:
         return {

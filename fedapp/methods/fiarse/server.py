@@ -104,6 +104,7 @@ class FiarseStrategy(HeterogeneousStrategy):
         )
         self._family: tuple[State, MaskFamily] | None = None
         self._thresholds: dict[int, Thresholds] = {}  # node id -> this round's mask
+        self._mask_macs: dict[int, int] = {}  # node id -> that mask's effective MACs
 
     def family(self, state: State) -> MaskFamily:
         """The masks of a global state (one sort per state, reused by every client)."""
@@ -134,21 +135,22 @@ class FiarseStrategy(HeterogeneousStrategy):
         return {k: v.numpy().copy() for k, v in model.state_dict().items()}
 
     def train_payload(self, profile: NodeProfile, global_state: State) -> State:
-        thresholds = self.family(global_state).mask_for_budget(profile.budget)
+        family = self.family(global_state)
+        thresholds = family.mask_for_budget(profile.budget)
         self._thresholds[profile.node_id] = thresholds
+        self._mask_macs[profile.node_id] = family.effective_macs(thresholds)
         return apply_mask(global_state, self.masked, thresholds)
 
     def train_config(self, server_round: int, profile: NodeProfile) -> dict[str, Any]:
         thresholds = self._thresholds[profile.node_id]
         return super().train_config(server_round, profile) | {
             THRESHOLDS: [thresholds[n] for n in self.masked],
-            MASK_MACS: self.family(self._global).effective_macs(thresholds),
+            MASK_MACS: self._mask_macs[profile.node_id],
         }
 
     def compute_floor(self, profile: NodeProfile) -> ComputeFloor:
         """Local epochs at the effective MACs of the node's mask (what its config says)."""
-        thresholds = self._thresholds[profile.node_id]
-        return self.training_floor(self.family(self._global).effective_macs(thresholds))
+        return self.training_floor(self._mask_macs[profile.node_id])
 
     def points_trained(self, profile: NodeProfile) -> list[float]:
         """The node trained the mask of its own fraction."""
